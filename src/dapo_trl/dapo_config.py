@@ -1,0 +1,236 @@
+"""Configuration of [`DAPOTrainer`]: TRL's `GRPOConfig` with the DAPO paper's defaults and the settings TRL lacks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .sampling import STRATEGIES
+
+EXHAUSTED_POLICIES = ("train", "raise")
+
+
+@dataclass
+class DAPOConfig(GRPOConfig):
+    r"""
+    Configuration class for [`DAPOTrainer`].
+
+    Every [`~trl.GRPOConfig`] parameter is accepted. Defaults follow the DAPO recipe (arXiv 2503.14476, §4.1) where
+    TRL's differ, and the parameters below are added. All of them are usable from YAML and the command line through
+    [`~trl.TrlParser`], so an existing GRPOConfig YAML loads unchanged.
+
+    > Defaults different from [`~trl.GRPOConfig`]: `epsilon_high=0.28` (Clip-Higher, §3.1), `num_generations=16`
+    > (§4.1), `lr_scheduler_type="constant_with_warmup"` with `warmup_steps=20` (§4.1: constant lr 1e-6 after a
+    > 20-rollout-step linear warm-up). Kept from TRL because they already match the paper: `epsilon=0.2`, `beta=0.0`
+    > (no KL term, no reference model, §2.3), `loss_type="dapo"` (token-level loss, §3.3; made exact per optimizer step
+    > by the trainer), `temperature=1.0`, `top_p=1.0`, `learning_rate=1e-6`, `scale_rewards="group"` (Eq. 9) and
+    > `mask_truncated_completions=False` (overlong *filtering* off: the paper's final run and the official recipe train
+    > without it; turn it on to mask truncated completions out of the loss).
+
+    Parameters:
+        > Overlong reward shaping (DAPO §3.4)
+
+        overlong_shaping (`bool`, *optional*, defaults to `True`):
+            Add the soft overlong punishment of Eq. 13 to the correctness reward before advantages are computed.
+        overlong_buffer_len (`int`, *optional*):
+            Length $L_{\text{cache}}$ of the punishment interval before `max_completion_length`. Defaults to
+            `max_completion_length // 5`, the paper's ratio (4,096 of 20,480). Must be in `(0, max_completion_length)`.
+        overlong_penalty_factor (`float`, *optional*, defaults to `1.0`):
+            Penalty reached at `max_completion_length` (and beyond).
+
+        > Dynamic sampling (DAPO §3.2, Algorithm 1)
+
+        dynamic_sampling (`bool`, *optional*, defaults to `True`):
+            Keep only prompt groups whose filter reward varies across the group, and keep generating rounds of new
+            prompts until the generation batch (`generation_batch_size // num_generations` groups) is full of them.
+            Evaluation never filters.
+        dynamic_sampling_reward (`str`, *optional*):
+            Name of the reward function that decides whether a group is informative (its `__name__`, as in the
+            `rewards/<name>/mean` metric), or `"total"` for the weighted sum of all rewards including the overlong
+            penalty. Defaults to the first reward function passed to the trainer: the correctness reward alone,
+            before overlong shaping (filtering on the shaped sum would let all-wrong groups of different lengths
+            through).
+        dynamic_sampling_tolerance (`float`, *optional*, defaults to `0.0`):
+            A group is informative when `max - min` of its filter rewards exceeds this (exact inequality by default;
+            raise it for continuous rewards).
+        dynamic_sampling_max_rounds (`int`, *optional*, defaults to `10`):
+            Most generation rounds per generation batch. When reached, `dynamic_sampling_on_exhausted` applies.
+        dynamic_sampling_on_exhausted (`str`, *optional*, defaults to `"train"`):
+            What to do when the rounds run out before the batch is full: `"train"` trains on the informative groups
+            collected so far (the batch is padded with fully masked rows, the token normaliser counts only real
+            tokens, a warning is logged and `dynamic_sampling/underfilled` is 1), `"raise"` stops with an explanation.
+        dynamic_sampling_round_sizing (`str`, *optional*, defaults to `"adaptive"`):
+            How many prompts each round asks for: `"adaptive"` (from the informative rate observed so far, so that one
+            round usually suffices), `"deficit"` (exactly the missing groups) or `"fixed"` (3x the batch every round,
+            like verl).
+        dynamic_sampling_max_round_prompts (`int`, *optional*):
+            Largest round, in prompts. Defaults to 4x the number of groups of the generation batch.
+        dynamic_sampling_margin (`float`, *optional*, defaults to `1.5`):
+            Safety margin of the adaptive sizing, in binomial standard deviations: higher means fewer second rounds
+            and more surplus groups.
+        dynamic_sampling_carry_over (`bool`, *optional*, defaults to `False`):
+            Carry informative groups left over once the batch is full into the next generation batch instead of
+            discarding them. Carried groups are one policy version stale and their importance ratio uses the
+            log-probabilities of the policy that sampled them (computed when they are carried).
+    """
+
+    # Paper defaults that differ from GRPOConfig's
+    epsilon_high: float | None = field(
+        default=0.28,
+        metadata={"help": "Upper clip range epsilon_high (Clip-Higher, DAPO §3.1). The paper uses 0.28."},
+    )
+    num_generations: int | None = field(
+        default=16,
+        metadata={"help": "Completions sampled per prompt (group size G). The paper uses 16."},
+    )
+    lr_scheduler_type: str = field(
+        default="constant_with_warmup",
+        metadata={"help": "Learning-rate schedule. DAPO §4.1: constant after a linear warm-up."},
+    )
+    warmup_steps: float = field(
+        default=20,
+        metadata={"help": "Linear warm-up steps (int) or ratio of total steps (float < 1). DAPO §4.1 uses 20."},
+    )
+
+    # Overlong reward shaping
+    overlong_shaping: bool = field(
+        default=True,
+        metadata={"help": "Add the soft overlong punishment (DAPO Eq. 13) to the correctness reward."},
+    )
+    overlong_buffer_len: int | None = field(
+        default=None,
+        metadata={"help": "Punishment interval L_cache before max_completion_length. Defaults to max_length // 5."},
+    )
+    overlong_penalty_factor: float = field(
+        default=1.0,
+        metadata={"help": "Penalty reached at max_completion_length."},
+    )
+
+    # Dynamic sampling
+    dynamic_sampling: bool = field(
+        default=True,
+        metadata={"help": "Filter out prompt groups with constant reward and refill the batch (DAPO §3.2)."},
+    )
+    dynamic_sampling_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward function name deciding informativeness, or 'total'. Defaults to the first reward function."
+        },
+    )
+    dynamic_sampling_tolerance: float = field(
+        default=0.0,
+        metadata={"help": "A group is informative when max - min of its filter rewards exceeds this."},
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10,
+        metadata={"help": "Most generation rounds per generation batch."},
+    )
+    dynamic_sampling_on_exhausted: str = field(
+        default="train",
+        metadata={"help": "When rounds run out: 'train' on what was collected, or 'raise'.", "choices": EXHAUSTED_POLICIES},
+    )
+    dynamic_sampling_round_sizing: str = field(
+        default="adaptive",
+        metadata={"help": "Round size strategy: 'adaptive', 'deficit' or 'fixed'.", "choices": STRATEGIES},
+    )
+    dynamic_sampling_max_round_prompts: int | None = field(
+        default=None,
+        metadata={"help": "Largest round in prompts. Defaults to 4x the groups of a generation batch."},
+    )
+    dynamic_sampling_margin: float = field(
+        default=1.5,
+        metadata={"help": "Safety margin of the adaptive round size, in binomial standard deviations."},
+    )
+    dynamic_sampling_carry_over: bool = field(
+        default=False,
+        metadata={"help": "Carry surplus informative groups into the next generation batch instead of discarding."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_clipping()
+        self._check_overlong()
+        self._check_dynamic_sampling()
+        self._check_token_normalizer()
+
+    def _check_clipping(self) -> None:
+        if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
+            raise ValueError(
+                f"epsilon ({self.epsilon}) and epsilon_high ({self.epsilon_high}) must be non-negative: they are the "
+                "clip ranges below and above a probability ratio of 1 (the paper uses 0.2 and 0.28)."
+            )
+        if self.epsilon >= 1:
+            raise ValueError(
+                f"epsilon ({self.epsilon}) must be below 1, otherwise the lower clip bound 1 - epsilon is not positive."
+            )
+
+    def _check_overlong(self) -> None:
+        if self.max_completion_length is None or self.max_completion_length < 1:
+            raise ValueError(f"max_completion_length must be a positive integer, got {self.max_completion_length}.")
+        if not self.overlong_shaping:
+            return
+        if self.overlong_buffer_len is None:
+            self.overlong_buffer_len = max(1, self.max_completion_length // 5)
+        if not 0 < self.overlong_buffer_len < self.max_completion_length:
+            raise ValueError(
+                f"overlong_buffer_len ({self.overlong_buffer_len}) must be between 0 and max_completion_length "
+                f"({self.max_completion_length}), exclusive. The paper uses 4096 of 20480; set it lower, or set "
+                "overlong_shaping=False."
+            )
+        if self.overlong_penalty_factor < 0:
+            raise ValueError(
+                f"overlong_penalty_factor ({self.overlong_penalty_factor}) must be non-negative: it is the size of the "
+                "penalty subtracted from overlong completions."
+            )
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            raise ValueError(
+                "overlong_shaping adds the length penalty to the correctness reward before advantages (DAPO Eq. 13), "
+                "but multi_objective_aggregation='normalize_then_sum' normalises each reward on its own. Use "
+                "'sum_then_normalize' or set overlong_shaping=False."
+            )
+
+    def _check_dynamic_sampling(self) -> None:
+        if self.dynamic_sampling_on_exhausted not in EXHAUSTED_POLICIES:
+            raise ValueError(
+                f"dynamic_sampling_on_exhausted must be one of {EXHAUSTED_POLICIES}, got "
+                f"{self.dynamic_sampling_on_exhausted!r}."
+            )
+        if self.dynamic_sampling_round_sizing not in STRATEGIES:
+            raise ValueError(
+                f"dynamic_sampling_round_sizing must be one of {STRATEGIES}, got {self.dynamic_sampling_round_sizing!r}."
+            )
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(f"dynamic_sampling_max_rounds must be at least 1, got {self.dynamic_sampling_max_rounds}.")
+        if self.dynamic_sampling_tolerance < 0:
+            raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance}.")
+        if self.dynamic_sampling_margin < 0:
+            raise ValueError(f"dynamic_sampling_margin must be >= 0, got {self.dynamic_sampling_margin}.")
+        if self.dynamic_sampling_max_round_prompts is not None and self.dynamic_sampling_max_round_prompts < 1:
+            raise ValueError("dynamic_sampling_max_round_prompts must be a positive integer or None.")
+        if not self.dynamic_sampling:
+            return
+        if self.scale_rewards == "batch":
+            raise ValueError(
+                "scale_rewards='batch' normalises advantages over each generation round, not over the filtered batch "
+                "that dynamic sampling trains on. Use scale_rewards='group' (the paper's Eq. 9) or 'none', or set "
+                "dynamic_sampling=False."
+            )
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            raise ValueError(
+                "multi_objective_aggregation='normalize_then_sum' normalises over each generation round, not over the "
+                "filtered batch. Use 'sum_then_normalize' or set dynamic_sampling=False."
+            )
+
+    def _check_token_normalizer(self) -> None:
+        if self.loss_type != "dapo":
+            return
+        cycle = self.steps_per_generation * self.num_iterations
+        if cycle % self.gradient_accumulation_steps != 0:
+            raise ValueError(
+                f"With loss_type='dapo', an optimizer step must not span two generation batches: "
+                f"steps_per_generation * num_iterations ({self.steps_per_generation} * {self.num_iterations}) must be "
+                f"a multiple of gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set "
+                "steps_per_generation to a multiple of gradient_accumulation_steps (the paper does 16 updates per "
+                "rollout: steps_per_generation = 16 * gradient_accumulation_steps)."
+            )
