@@ -34,7 +34,10 @@ def check_supported(batch: dict) -> None:
     unknown = [
         key
         for key in batch
-        if key not in PER_TOKEN_KEYS and key not in PER_ROW_KEYS and key not in DERIVED_KEYS and not key.startswith("_")
+        if key not in PER_TOKEN_KEYS
+        and key not in PER_ROW_KEYS
+        and key not in DERIVED_KEYS
+        and not key.startswith("_")
     ]
     if unknown:
         raise ValueError(

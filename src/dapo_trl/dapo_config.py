@@ -128,7 +128,10 @@ class DAPOConfig(GRPOConfig):
     )
     dynamic_sampling_on_exhausted: str = field(
         default="train",
-        metadata={"help": "When rounds run out: 'train' on what was collected, or 'raise'.", "choices": EXHAUSTED_POLICIES},
+        metadata={
+            "help": "When rounds run out: 'train' on what was collected, or 'raise'.",
+            "choices": EXHAUSTED_POLICIES,
+        },
     )
     dynamic_sampling_round_sizing: str = field(
         default="adaptive",
@@ -201,7 +204,9 @@ class DAPOConfig(GRPOConfig):
                 f"dynamic_sampling_round_sizing must be one of {STRATEGIES}, got {self.dynamic_sampling_round_sizing!r}."
             )
         if self.dynamic_sampling_max_rounds < 1:
-            raise ValueError(f"dynamic_sampling_max_rounds must be at least 1, got {self.dynamic_sampling_max_rounds}.")
+            raise ValueError(
+                f"dynamic_sampling_max_rounds must be at least 1, got {self.dynamic_sampling_max_rounds}."
+            )
         if self.dynamic_sampling_tolerance < 0:
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance}.")
         if self.dynamic_sampling_margin < 0:

@@ -381,8 +381,10 @@ class DAPOTrainer(GRPOTrainer):
             fresh = _batch.select_rows(fresh, torch.isin(fresh["_group"], wanted))
         fresh = self._all_gather_rows(fresh, template if template is not None else self._carry)
         candidates = [b for b in (self._carry, fresh) if b]
-        if candidates and "old_per_token_logps" in candidates[0] and any(
-            "old_per_token_logps" not in b for b in candidates
+        if (
+            candidates
+            and "old_per_token_logps" in candidates[0]
+            and any("old_per_token_logps" not in b for b in candidates)
         ):
             raise RuntimeError("Internal error: carried and fresh rows disagree on old_per_token_logps.")
         pool = _batch.concat_rows(candidates, pad_token_id=self._tokenizer.pad_token_id)
@@ -413,22 +415,23 @@ class DAPOTrainer(GRPOTrainer):
         filler = next(b for b in (train, pool, template) if b and b["completion_ids"].size(0))
         train = _batch.pad_rows(train, total_rows, template=filler, pad_token_id=self._tokenizer.pad_token_id)
         trained_rows = train["_group"] >= 0
+        per_group = 1 / generated if generated else math.nan  # NaN (skipped by TRL's log) when only carried groups
         stats = {
             "rounds": rounds,
             "groups_generated": generated,
-            "informative_frac": num_fresh / generated if generated else 0.0,
-            "all_correct_frac": all_correct / generated if generated else 0.0,
-            "all_wrong_frac": all_wrong / generated if generated else 0.0,
+            "informative_frac": num_fresh * per_group,
+            "all_correct_frac": all_correct * per_group,
+            "all_wrong_frac": all_wrong * per_group,
             "groups_carried": min(num_carried, target),
             "groups_discarded": len(plan.discard),
             "groups_trained": len(plan.train),
             "underfilled": float(missing > 0),
             "prompts_consumed": self._stream.consumed,
-            "reward_before_filter": reward_sum / (generated * G) if generated else float("nan"),
+            "reward_before_filter": reward_sum * per_group / G,
             "reward_after_filter": train["_reward"][trained_rows].mean().item() if trained_rows.any() else math.nan,
         }
         if self._correct_value is not None:
-            stats["accuracy_before_filter"] = correct_sum / (generated * G) if generated else float("nan")
+            stats["accuracy_before_filter"] = correct_sum * per_group / G
             after = (train["_value"][trained_rows] >= self._correct_value).float()
             stats["accuracy_after_filter"] = after.mean().item() if after.numel() else math.nan
         self.log_dynamic_sampling(stats)
