@@ -21,7 +21,8 @@ class DAPOConfig(GRPOConfig):
     [`~trl.TrlParser`], so an existing GRPOConfig YAML loads unchanged.
 
     > Defaults different from [`~trl.GRPOConfig`]: `epsilon_high=0.28` (Clip-Higher, §3.1), `num_generations=16`
-    > (§4.1), `lr_scheduler_type="constant_with_warmup"` with `warmup_steps=20` (§4.1: constant lr 1e-6 after a
+    > (§4.1), `per_device_train_batch_size=16` (so that the default batch holds whole groups of 16),
+    > `lr_scheduler_type="constant_with_warmup"` with `warmup_steps=20` (§4.1: constant lr 1e-6 after a
     > 20-rollout-step linear warm-up). Kept from TRL because they already match the paper: `epsilon=0.2`, `beta=0.0`
     > (no KL term, no reference model, §2.3), `loss_type="dapo"` (token-level loss, §3.3; made exact per optimizer step
     > by the trainer), `temperature=1.0`, `top_p=1.0`, `learning_rate=1e-6`, `scale_rewards="group"` (Eq. 9) and
@@ -83,6 +84,10 @@ class DAPOConfig(GRPOConfig):
     num_generations: int | None = field(
         default=16,
         metadata={"help": "Completions sampled per prompt (group size G). The paper uses 16."},
+    )
+    per_device_train_batch_size: int = field(
+        default=16,
+        metadata={"help": "Rows (completions) per device and micro-step; 16 so the default holds one group of 16."},
     )
     lr_scheduler_type: str = field(
         default="constant_with_warmup",

@@ -1,0 +1,129 @@
+"""Dynamic sampling decisions as pure functions (no model)."""
+
+import math
+
+import pytest
+import torch
+
+from dapo_trl.sampling import PromptStream, RoundPlanner, classify_groups, plan_selection
+
+
+def test_classify_binary_groups():
+    values = torch.tensor([1, 1, 1, -1, -1, -1, 1, -1, -1, -1, -1, 1], dtype=torch.float)
+    c = classify_groups(values, 3, correct_value=1.0)
+    assert c.informative.tolist() == [False, False, True, True]
+    assert c.all_correct.tolist() == [True, False, False, False]
+    assert c.all_wrong.tolist() == [False, True, False, False]
+
+
+def test_tolerance_for_continuous_rewards():
+    values = torch.tensor([0.50, 0.51, 0.2, 0.9])
+    assert classify_groups(values, 2).informative.tolist() == [True, True]
+    assert classify_groups(values, 2, tolerance=0.05).informative.tolist() == [False, True]
+
+
+def test_unscorable_completions_are_ignored():
+    nan = float("nan")
+    values = torch.tensor([1.0, nan, 1.0, nan, -1.0, 1.0, nan, nan, nan, nan, 1.0, nan])
+    # group 0: scored values {1, 1} constant; group 1: {-1, 1} informative; group 2: nothing scored; group 3: one
+    c = classify_groups(values, 3, correct_value=1.0)
+    assert c.informative.tolist() == [False, True, False, False]
+
+
+def test_classify_rejects_ragged_input():
+    with pytest.raises(ValueError, match="multiple of num_generations"):
+        classify_groups(torch.zeros(5), 2)
+
+
+def test_overlong_shaped_sum_would_leak_all_wrong_groups():
+    """Why the default filters on correctness alone: an all-wrong group with different lengths has varying sums."""
+    correctness = torch.tensor([-1.0, -1.0, -1.0, -1.0])
+    shaped = correctness + torch.tensor([0.0, -0.3, 0.0, -1.0])  # overlong penalties
+    assert not classify_groups(correctness, 4).informative.item()
+    assert classify_groups(shaped, 4).informative.item()
+
+
+def test_adaptive_round_size_meets_need_with_margin():
+    planner = RoundPlanner(32, z=1.5)
+    for _ in range(20):
+        planner.update(100, 25)  # p = 0.25
+    assert planner.rate == pytest.approx(0.25, abs=0.01)
+    n = planner.next_round_size(32)
+    # Expected informative groups n p must exceed 32 by ~1.5 binomial standard deviations.
+    mean, std = n * 0.25, math.sqrt(n * 0.25 * 0.75)
+    assert mean - 1.6 * std < 32 <= mean - 1.4 * std + 1
+
+
+def test_adaptive_tracks_a_changing_rate():
+    planner = RoundPlanner(10, decay=0.5)
+    for _ in range(10):
+        planner.update(10, 9)
+    high = planner.next_round_size(10)
+    for _ in range(10):
+        planner.update(10, 2)
+    assert planner.next_round_size(10) > 3 * high
+
+
+def test_round_sizes_respect_granularity_cap_and_strategies():
+    planner = RoundPlanner(8, granularity=3, max_round_prompts=20, min_rate=0.01)
+    for _ in range(30):
+        planner.update(10, 0)
+    assert planner.next_round_size(8) == 21  # cap 20 rounded up to the granularity
+    assert planner.next_round_size(0) == 0
+    assert RoundPlanner(8, strategy="deficit", granularity=4).next_round_size(5) == 8
+    assert RoundPlanner(8, strategy="fixed", fixed_multiplier=3).next_round_size(1) == 24
+    with pytest.raises(ValueError, match="strategy"):
+        RoundPlanner(8, strategy="greedy")
+
+
+def test_planner_state_roundtrip():
+    a = RoundPlanner(16)
+    a.update(40, 10)
+    b = RoundPlanner(16)
+    b.load_state_dict(a.state_dict())
+    assert b.next_round_size(16) == a.next_round_size(16)
+
+
+def test_plan_selection_carried_first_and_surplus():
+    plan, missing = plan_selection(num_carried=3, num_fresh=6, target=5, carry_over=True)
+    assert plan.train == [0, 1, 2, 3, 4] and plan.carry == [5, 6, 7, 8] and plan.discard == [] and missing == 0
+    plan, _ = plan_selection(num_carried=3, num_fresh=6, target=5, carry_over=False)
+    assert plan.carry == [] and plan.discard == [5, 6, 7, 8]
+
+
+def test_plan_selection_drops_carried_groups_that_would_go_stale():
+    plan, missing = plan_selection(num_carried=7, num_fresh=0, target=5, carry_over=True)
+    assert plan.train == [0, 1, 2, 3, 4] and plan.discard == [5, 6] and missing == 0
+
+
+def test_plan_selection_underfilled():
+    plan, missing = plan_selection(num_carried=0, num_fresh=3, target=5, carry_over=True)
+    assert plan.train == [0, 1, 2] and missing == 2
+
+
+def test_stream_never_repeats_within_an_epoch_and_wraps():
+    stream = PromptStream(10, seed=3)
+    first = stream.take(4) + stream.take(6)
+    assert sorted(first) == list(range(10))
+    second = stream.take(10)
+    assert sorted(second) == list(range(10)) and second != first  # a new permutation per epoch
+    assert stream.epoch == 1 and stream.consumed == 20
+
+
+def test_stream_is_identical_for_the_same_seed_and_resumes():
+    a, b = PromptStream(50, seed=1), PromptStream(50, seed=1)
+    a.take(37)
+    b.load_state_dict(a.state_dict())
+    assert a.take(30) == b.take(30)
+    with pytest.raises(ValueError, match="seed"):
+        PromptStream(50, seed=2).load_state_dict(a.state_dict())
+
+
+def test_stream_skip_is_bounded():
+    stream = PromptStream(5, seed=0)
+    assert stream.take(3, skip=lambda i: True) == []  # gives up after an epoch instead of looping forever
+    assert all(i % 2 == 0 for i in stream.take(3, skip=lambda i: i % 2 == 1))
+
+
+def test_stream_without_shuffle_is_sequential():
+    assert PromptStream(4, shuffle=False).take(6) == [0, 1, 2, 3, 0, 1]
