@@ -1,0 +1,424 @@
+"""
+String-level normalisation of math answers, with no SymPy: decoration stripping, answer structure (lists, sets,
+tuples, intervals, matrices) and the exact-number fast path.
+
+Everything here is plain Python on short strings (answers are capped at [`MAX_ANSWER_CHARS`]), so it runs in
+microseconds and cannot hang. Comparisons are three-valued: `True`/`False` when the string level can decide, `None`
+when only the symbolic comparator (see `dapo_trl.math_symbolic`) can.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+MAX_ANSWER_CHARS = 1_000
+MAX_DEPTH = 12  # bracket nesting; real answers stay under 5, 5,000 nested parentheses is an attack
+MAX_ITEMS = 64  # elements in a list, set, tuple or matrix
+MAX_RESULT_DIGITS = 2_000  # largest number (in digits) a power tower or factorial may produce before we refuse it
+
+
+@dataclass(frozen=True)
+class Scalar:
+    text: str
+    percent: bool = False
+    label: str | None = None
+    textual: bool = False  # a word answer (`\text{Monday}`), compared as words, never symbolically
+
+
+@dataclass(frozen=True)
+class Group:
+    kind: str  # "list" (bare, unordered), "set", "union", "tuple" (ordered, bracket types matter), "matrix"
+    items: tuple[Scalar | Group, ...]
+    left: str = ""
+    right: str = ""
+
+
+Node = Scalar | Group
+ScalarEq = Callable[[Scalar, Scalar], bool | None]
+
+# ---------------------------------------------------------------------------------------------------------- cleaning
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_UNICODE = str.maketrans(
+    {
+        "\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00d7": r"\times ", "\u22c5": r"\cdot ", "\u00b7": r"\cdot ",
+        "\u00f7": r"\div ", "\u03c0": r"\pi ", "\u221e": r"\infty ", "\u221a": r"\sqrt", "\u2264": r"\le ",
+        "\u2265": r"\ge ", "\u2260": r"\ne ", "\u00b0": "", "\u00b2": "^2", "\u00b3": "^3", "\uff0c": ",",
+        "\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u2248": r"\approx ", "\u222a": r"\cup ", "\u2205": r"\emptyset ",
+    }
+)  # fmt: skip
+_SUBS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(p), r)
+    for p, r in [
+        (r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)\s*\.", ""),
+        (r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])", ""),
+        (r"\\\$", ""),
+        (r"\$", ""),
+        (r"\\[()\[\]]", ""),  # \( \) \[ \] math delimiters
+        (r"\\(?:displaystyle|textstyle|scriptstyle|limits)(?![a-zA-Z])", ""),
+        (r"(\d)\\[,!]\s*(?=\d{3}(?!\d))", r"\1"),  # 1\,000 thousands separator
+        (r"\{,\}", ""),  # 1{,}000
+        (r"\\[!,;:>]|\\ |~|\\q?quad(?![a-zA-Z])|\\hspace\*?\{[^{}]*\}", " "),
+        (r"\\[dtc]frac(?![a-zA-Z])", r"\\frac"),
+        (r"\\frac\s*(\d)\s*(\d)", r"\\frac{\1}{\2}"),  # LaTeX reads \frac12 as \frac{1}{2}
+        (r"\\frac\s*(\{[^{}]*\})\s*(\d)", r"\\frac\1{\2}"),
+        (r"\\frac\s*(\d)\s*(?=\{)", r"\\frac{\1}"),
+        (r"\\sqrt\s*(\d)", r"\\sqrt{\1}"),
+        (
+            r"\\(?:textbf|textit|textrm|textsf|texttt|textnormal|mathrm|mathbf|mathit|mathsf|mbox|hbox)\s*\{",
+            r"\\text{",
+        ),
+        (r"\\text\s*\{\s*\\?%\s*\}", "%"),
+        (r"\\text\s*\{\s*(?:and|or)\s*\}", ","),
+        (r"(?<=[\d})\]])\s*(?:and|or)\s+(?=[-\\\d(\[{a-zA-Z])", ", "),
+        (r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree", ""),
+        (r"\\(?:euro|pounds|yen)(?![a-zA-Z])|[\u20ac\u00a3\u00a5\u20b9]", ""),
+        (r"\\(?:le|leq|leqslant)(?![a-zA-Z])", r"\\le "),
+        (r"\\(?:ge|geq|geqslant)(?![a-zA-Z])", r"\\ge "),
+        (r"\\(?:ne|neq)(?![a-zA-Z])", r"\\ne "),
+        (r"\\(?:varnothing)(?![a-zA-Z])", r"\\emptyset"),
+        (r"\s+", " "),
+    ]
+]
+_THOUSANDS = re.compile(r"^\s*-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
+
+
+def sanitize(text: str) -> str:
+    """Drops control characters and lone surrogates, which no answer contains and which break encoders downstream."""
+    text = _CONTROL.sub("", text)
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def clean(text: str) -> str:
+    """Strips presentation-only LaTeX (delimiters, spacing, `\\left`, `\\dfrac`, degree and currency signs)."""
+    text = sanitize(text).translate(_UNICODE)
+    for pattern, repl in _SUBS:
+        text = pattern.sub(repl, text)
+    # Thousands separators only when the whole answer is one number: "(100,200)" is a point, not 100200.
+    m = _THOUSANDS.match(text)
+    if m and "," not in text[m.end() :]:
+        text = m.group().replace(",", "") + text[m.end() :]
+    return strip_trailing_punctuation(text)
+
+
+def strip_trailing_punctuation(text: str) -> str:
+    """Drops a sentence's trailing period or comma (but not a factorial's `!` or an escaped `\\.`)."""
+    text = text.rstrip()
+    while text and text[-1] in ".,;:" and not text.endswith(("\\.", "\\,", "\\;", "\\:")):
+        text = text[:-1].rstrip()
+    return text
+
+
+# --------------------------------------------------------------------------------------------------------- structure
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def max_depth(s: str) -> int:
+    depth = best = 0
+    for ch in s:
+        if ch in _OPEN:
+            depth += 1
+            best = max(best, depth)
+        elif ch in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return -1
+    return best if depth == 0 else -1
+
+
+def _split_top(s: str, seps: tuple[str, ...]) -> list[str]:
+    parts, start, depth, i = [], 0, 0, 0
+    while i < len(s):
+        ch = s[i]
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+        elif depth == 0:
+            sep = next((x for x in seps if s.startswith(x, i)), None)
+            if sep is not None:
+                parts.append(s[start:i])
+                i += len(sep)
+                start = i
+                continue
+        i += 1
+    parts.append(s[start:])
+    return [p.strip() for p in parts]
+
+
+def _wrapped(s: str, left: str, right: str) -> str | None:
+    """Inner text if `s` is exactly `left ... right` with the outer pair matching each other."""
+    if not (s.startswith(left) and s.endswith(right)) or len(s) < len(left) + len(right):
+        return None
+    depth = 0
+    for i, ch in enumerate(s):
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+            if depth == 0 and i < len(s) - 1:
+                return None
+    return s[len(left) : len(s) - len(right)]
+
+
+_MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}$", re.S)
+_LABEL = re.compile(
+    r"^(?P<label>[A-Za-z]{1,3}(?:_\{?\w+\}?)?(?:\([a-z]\))?|\\text\{[^{}]*\}"
+    r"|\\(?:alpha|beta|gamma|delta|theta|lambda|mu|sigma|phi|omega|varphi|vartheta)(?:_\{?\w+\}?)?)"
+    r"\s*(?P<op>=|\\in|\\approx)\s*(?=\S)"
+)
+_PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*percent\s*\}|\s+percent|\s+pct)$")
+_UNIT_TEXT = re.compile(r"(?<=[\d}).\s])\s*\\text\{[^{}]*\}(?:\s*\^\s*\{?[23]\}?)?$")
+_UNIT_WORDS = re.compile(r"(?<=[\d}).])\s+[A-Za-z][A-Za-z.]+(?:\s+[A-Za-z][A-Za-z.]*)*(?:\s*\^\s*\{?[23]\}?)?$")
+_CURRENCY_WORDS = re.compile(r"^(?:USD|Rs\.?|INR|EUR|GBP)(?![A-Za-z])\s*|\s+(?:USD|EUR|GBP|dollars?)$")
+_WORDS = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
+_TEXT_ONLY = re.compile(r"^\\text\{([^{}]*)\}$")
+
+
+def _scalar(s: str) -> Scalar:
+    s = s.strip().lstrip("+").strip()
+    percent = False
+    for _ in range(2):  # "50 \text{ percent}", "$50\%$ off": percent and units in either order
+        s = _CURRENCY_WORDS.sub("", s).strip()
+        stripped = _PERCENT.sub("", s)
+        if stripped != s and stripped:
+            percent, s = True, stripped.strip()
+        for unit in (_UNIT_TEXT, _UNIT_WORDS):
+            stripped = unit.sub("", s).strip()
+            if stripped:
+                s = stripped
+    s = strip_trailing_punctuation(s)
+    m = _TEXT_ONLY.match(s)
+    if m:
+        return Scalar(" ".join(m.group(1).split()).lower(), textual=True)
+    s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s).strip()
+    if len(s) > 3 and _WORDS.match(s):
+        return Scalar(" ".join(s.split()).lower(), textual=True)
+    return Scalar(s, percent=percent)
+
+
+def _node(s: str, label: str | None = None) -> Node:
+    s = s.strip()
+    parts = _split_top(s, (r"\cup",))
+    if len(parts) > 1:
+        return Group("union", tuple(_node(p) for p in parts))
+    parts = [p for p in _split_top(s, (",", ";")) if p]
+    if len(parts) > 1:
+        if len(parts) > MAX_ITEMS:
+            raise ValueError("too many items")
+        return Group("list", tuple(_node(p) for p in parts))
+    m = _LABEL.match(s)
+    if m and label is None:
+        rhs = _split_top(s[m.end() :], ("=",))[-1]  # "x = 6/2 = 3": the value the chain ends on
+        if m.group("op") == r"\approx" and not m.group("label").startswith("\\text"):
+            rhs = s[m.end() :]
+        node = _node(rhs, label=m.group("label").replace(" ", ""))
+        return (
+            node if not isinstance(node, Scalar) else Scalar(node.text, node.percent, m.group("label"), node.textual)
+        )
+    if r"\approx" in s:  # "\pi \approx 3.14": the exact value was given first
+        s = _split_top(s, (r"\approx",))[0]
+    if s in (r"\emptyset", r"\{\}", "{}"):
+        return Group("set", ())
+    m = _MATRIX.match(s)
+    if m:
+        rows = [r for r in _split_top(m.group(2), ("\\\\",)) if r]
+        cells = [tuple(_node(c) for c in _split_top(r, ("&",))) for r in rows]
+        if not rows or len(rows) * len(cells[0]) > MAX_ITEMS:
+            raise ValueError("bad matrix")
+        return Group("matrix", tuple(Group("tuple", c, "(", ")") for c in cells))
+    for left, right, kind in ((r"\{", r"\}", "set"), (r"\langle", r"\rangle", "tuple")):
+        inner = _wrapped(s, left, right)
+        if inner is not None:
+            items = [p for p in _split_top(inner, (",", ";")) if p]
+            if len(items) > MAX_ITEMS:
+                raise ValueError("too many items")
+            return Group(
+                kind, tuple(_node(p) for p in items), "(" if kind == "tuple" else "", ")" if kind == "tuple" else ""
+            )
+    if s[:1] in "([" and s[-1:] in ")]" and _wrapped(s, s[0], s[-1]) is not None:
+        items = _split_top(s[1:-1], (",",))
+        if len(items) == 1 and s[0] == "(":
+            return _node(items[0], label)  # "(5)" is grouping, not a 1-tuple
+        if len(items) > MAX_ITEMS:
+            raise ValueError("too many items")
+        return Group("tuple", tuple(_node(p) for p in items), s[0], s[-1])
+    pm = _split_top(s, (r"\pm", r"\mp"))
+    if len(pm) == 2:  # "2 \pm \sqrt{3}" is the two answers 2 + \sqrt{3} and 2 - \sqrt{3}
+        a, b = pm
+        neg = f"({b})" if re.search(r"[-+]", b) else b
+        return Group("list", (_scalar(f"{a}+{b}" if a else b), _scalar(f"{a}-{neg}")))
+    return _scalar(s)
+
+
+def parse_answer(text: str) -> Node | None:
+    """Cleans an extracted answer and parses its structure; `None` if it is empty, malformed or pathological."""
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_ANSWER_CHARS:
+        return None
+    s = clean(text)
+    if not s or not 0 <= max_depth(s) <= MAX_DEPTH or is_pathological(s):
+        return None
+    try:
+        return _node(s)
+    except (ValueError, IndexError, RecursionError):
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------------- guards
+_TOWER = re.compile(r"\d+(?:\s*\^\s*\{?\s*\(?\s*\d+)+")
+_FACTORIAL = re.compile(r"(\d+)\s*\)?\s*!")
+
+
+def is_pathological(s: str) -> bool:
+    """Refuses numbers whose exact value is too large to compute (9^9^9^9, 1000000!) before SymPy tries."""
+    for m in _TOWER.finditer(s):
+        nums = [int(x) for x in re.findall(r"\d+", m.group())[-6:]] if len(m.group()) < 200 else None
+        if nums is None or len(re.findall(r"\^", m.group())) > 5:
+            return True
+        exponent = float(nums[-1]) if nums[-1] < 10**300 else math.inf
+        for base in reversed(nums[:-1]):
+            if base <= 1:
+                exponent = 1.0
+                continue
+            digits = exponent * math.log10(base)
+            if digits > MAX_RESULT_DIGITS:
+                return True
+            exponent = 10.0**digits if digits < 300 else math.inf
+    if s.count("!") > 4:
+        return True
+    return any(len(m.group(1)) > 4 or int(m.group(1)) > 800 for m in _FACTORIAL.finditer(s))
+
+
+# -------------------------------------------------------------------------------------------- exact-number fast path
+_INT = re.compile(r"^-?\d+$")
+_DEC = re.compile(r"^-?(?:\d+\.\d*|\.\d+)$")
+_SCI = re.compile(r"^(-?\d+(?:\.\d+)?)(?:\\times|\\cdot|\*|x)10\^\{?([+-]?\d{1,4})\}?$")
+_SCI_E = re.compile(r"^(-?\d+(?:\.\d+)?)[eE]([+-]?\d{1,4})$")
+_FRAC = re.compile(r"^(-?)\\frac\{(-?\d+(?:\.\d+)?)\}\{(-?\d+(?:\.\d+)?)\}$")
+_SLASH = re.compile(r"^(-?\d+)/(\d+)$")
+_POW = re.compile(r"^(-?)(\d+)\^\{?(-?\d{1,6})\}?$")
+
+
+def exact_number(text: str) -> Fraction | None:
+    """The exact rational value of a plain number (integer, decimal, fraction, 3\\times10^{5}, 2^{10}) or `None`."""
+    s = text.replace(" ", "")
+    while s.startswith("{") and s.endswith("}") and max_depth(s[1:-1]) >= 0:
+        s = s[1:-1]
+    if len(s) > MAX_RESULT_DIGITS:
+        return None
+    try:
+        if _INT.match(s) or _DEC.match(s):
+            return Fraction(s)
+        if m := _FRAC.match(s) or _SLASH.match(s):
+            sign, num, den = m.groups() if len(m.groups()) == 3 else ("", *m.groups())
+            value = Fraction(num) / Fraction(den)
+            return -value if sign else value
+        if m := _SCI.match(s) or _SCI_E.match(s):
+            return Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))
+        if m := _POW.match(s):
+            base, exponent = int(m.group(2)), int(m.group(3))
+            if base > 1 and abs(exponent) * math.log10(base) > MAX_RESULT_DIGITS:
+                return None
+            value = Fraction(base) ** exponent
+            return -value if m.group(1) else value
+    except (ValueError, ZeroDivisionError):
+        return None
+    return None
+
+
+def _values(x: Scalar, v: Fraction) -> tuple[Fraction, ...]:
+    # A percent sign is decoration or a factor of 1/100, and graders accept either reading (25% = 25 = 0.25).
+    return (v, v / 100) if x.percent else (v,)
+
+
+def fast_scalar_equal(gold: Scalar, pred: Scalar) -> bool | None:
+    """Decides equality when strings or exact rationals suffice; `None` when it needs SymPy."""
+    if gold.textual or pred.textual:
+        return gold.text.lower() == pred.text.lower()
+    gk, pk = gold.text.replace(" ", ""), pred.text.replace(" ", "")
+    if gk == pk:
+        return True
+    gv, pv = exact_number(gk), exact_number(pk)
+    if gv is not None and pv is not None:
+        return any(a == b for a in _values(gold, gv) for b in _values(pred, pv))
+    if _WORDS.match(gk) and _WORDS.match(pk):  # bare symbols: "x" vs "y" needs no algebra
+        return False
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------ comparison
+def _unordered(gold: tuple[Node, ...], pred: tuple[Node, ...], eq: ScalarEq) -> bool | None:
+    if len(gold) != len(pred):
+        return False
+    # Equivalence is transitive, so greedily pairing each gold item with its first match is a perfect matching.
+    unused, undecided = list(range(len(pred))), False
+    for g in gold:
+        verdicts = [(j, compare(g, pred[j], eq)) for j in unused]
+        hit = next((j for j, v in verdicts if v is True), None)
+        if hit is not None:
+            unused.remove(hit)
+        elif any(v is None for _, v in verdicts):
+            undecided = True
+        else:
+            return False
+    return None if undecided else True
+
+
+def _ordered(gold: tuple[Node, ...], pred: tuple[Node, ...], eq: ScalarEq) -> bool | None:
+    if len(gold) != len(pred):
+        return False
+    verdicts = [compare(g, p, eq) for g, p in zip(gold, pred)]
+    if False in verdicts:
+        return False
+    return True if all(verdicts) else None
+
+
+def _by_label(gold: Group, pred: Group, eq: ScalarEq) -> bool | None | str:
+    items = gold.items + pred.items
+    if not all(isinstance(x, Scalar) and x.label for x in items):
+        return "n/a"
+    g, p = sorted(gold.items, key=lambda x: x.label), sorted(pred.items, key=lambda x: x.label)
+    if [x.label for x in g] != [x.label for x in p]:
+        return "n/a"
+    return _ordered(tuple(g), tuple(p), eq)
+
+
+def compare(gold: Node, pred: Node, eq: ScalarEq) -> bool | None:
+    """Structural equivalence of two parsed answers, with `eq` deciding scalar pairs (three-valued)."""
+    if isinstance(gold, Scalar) and isinstance(pred, Scalar):
+        return eq(gold, pred)
+    # A one-element set or list is its element: "\{5\}" and "5" are the same answer.
+    if isinstance(gold, Scalar):
+        return compare(gold, pred.items[0], eq) if pred.kind in ("set", "list") and len(pred.items) == 1 else False
+    if isinstance(pred, Scalar):
+        return compare(gold.items[0], pred, eq) if gold.kind in ("set", "list") and len(gold.items) == 1 else False
+    kinds = {gold.kind, pred.kind}
+    if gold.kind == "list" and pred.kind == "list":
+        by_label = _by_label(gold, pred, eq)
+        if by_label != "n/a":
+            return by_label
+    if kinds <= {"set", "list"} or kinds == {"union"}:
+        return _unordered(gold.items, pred.items, eq)
+    if kinds == {"tuple"}:
+        return _ordered(gold.items, pred.items, eq) if (gold.left, gold.right) == (pred.left, pred.right) else False
+    if kinds == {"matrix"}:
+        return _ordered(gold.items, pred.items, eq)
+    # A point written without parentheses, or a column/row vector against a tuple, is still the ordered answer.
+    flat = [_flat_vector(x) for x in (gold, pred)]
+    if None not in flat:
+        return _ordered(flat[0], flat[1], eq)
+    return False
+
+
+def _flat_vector(x: Group) -> tuple[Node, ...] | None:
+    if x.kind == "list" or (x.kind == "tuple" and x.left == "(" and x.right == ")"):
+        return x.items
+    if x.kind == "matrix" and (len(x.items) == 1 or all(len(r.items) == 1 for r in x.items)):
+        return tuple(i for r in x.items for i in r.items)
+    return None

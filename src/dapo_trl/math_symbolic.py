@@ -1,0 +1,197 @@
+"""
+Symbolic equivalence of two answers with latex2sympy2_extended and SymPy.
+
+This module only ever runs inside a verifier worker process (see `dapo_trl._verify_pool`), because SymPy work on
+untrusted expressions can take unbounded time and only a process can be stopped from outside. It never evaluates
+text as code: LaTeX goes through latex2sympy2_extended's grammar, and the only SymPy inputs are the objects it builds.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import lru_cache
+
+from .math_normalize import Scalar, compare, fast_scalar_equal, parse_answer
+
+
+_DECIMAL = re.compile(r"(?<![\d.])(\d+)\.(\d+)(?![\d.])")
+_DIGITS = 50
+_TOLERANCE = 1e-35  # relative; inputs are exact (decimals become fractions), so only true equality gets this close
+_POINTS = 6
+
+
+def _exact_decimals(latex: str) -> str:
+    # latex2sympy turns 1.414 into a binary Float; as an exact fraction it can never equal sqrt(2) by accident.
+    return _DECIMAL.sub(lambda m: rf"(\frac{{{m.group(1)}{m.group(2)}}}{{1{'0' * len(m.group(2))}}})", latex)
+
+
+@lru_cache(maxsize=4096)
+def _parse(latex: str):
+    from latex2sympy2_extended import NormalizationConfig, latex2sympy
+    from latex2sympy2_extended.latex2sympy2 import ConversionConfig
+
+    try:
+        return latex2sympy(
+            _exact_decimals(latex),
+            normalization_config=NormalizationConfig(basic_latex=True, malformed_operators=True, boxed="none"),
+            conversion_config=ConversionConfig(interpret_as_mixed_fractions=True, lowercase_symbols=False),
+        )
+    except Exception:  # the parser signals every syntax problem with a bare Exception
+        return None
+
+
+def _variants(x: Scalar) -> tuple[str, ...]:
+    return (x.text, rf"\frac{{{x.text}}}{{100}}") if x.percent else (x.text,)
+
+
+def symbolic_scalar_equal(gold: Scalar, pred: Scalar) -> bool:
+    fast = fast_scalar_equal(gold, pred)
+    if fast is not None:
+        return fast
+    for g in _variants(gold):
+        for p in _variants(pred):
+            a, b = _parse(g), _parse(p)
+            if a is not None and b is not None and _sympy_equal(a, b):
+                return True
+    return False
+
+
+def _sympy_equal(a, b) -> bool:
+    import sympy
+
+    if a == b:
+        return True
+    if isinstance(a, sympy.MatrixBase) or isinstance(b, sympy.MatrixBase):
+        return (
+            isinstance(a, sympy.MatrixBase)
+            and isinstance(b, sympy.MatrixBase)
+            and a.shape == b.shape
+            and all(_sympy_equal(x, y) for x, y in zip(a, b))
+        )
+    if isinstance(a, sympy.Rel) or isinstance(b, sympy.Rel):
+        return _relational_equal(a, b)
+    if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
+        return _expr_equal(a, b)
+    if isinstance(a, sympy.Set) and isinstance(b, sympy.Set):
+        return a.symmetric_difference(b) is sympy.S.EmptySet
+    return False
+
+
+def _relational_equal(a, b) -> bool:
+    import sympy
+
+    if not (isinstance(a, sympy.Rel) and isinstance(b, sympy.Rel)):
+        return False
+    da, db = _as_zero_form(a), _as_zero_form(b)
+    if da[1] != db[1]:
+        return False
+    # "2x + 2y = 2" and "x + y = 1" describe the same equation; an inequality only survives a positive factor.
+    return _proportional(da[0], db[0], positive=da[1] != "==")
+
+
+def _as_zero_form(rel) -> tuple[object, str]:
+    import sympy
+
+    diff = rel.lhs - rel.rhs
+    if isinstance(rel, sympy.Eq):
+        return diff, "=="
+    if isinstance(rel, sympy.Ne):
+        return diff, "!="
+    if isinstance(rel, (sympy.Gt, sympy.Ge)):
+        return -diff, "<" if isinstance(rel, sympy.Gt) else "<="
+    return diff, "<" if isinstance(rel, sympy.Lt) else "<="
+
+
+def _points(symbols: list) -> list[dict]:
+    import sympy
+
+    # Seeded so a verdict never changes between runs; small non-integers avoid poles at 0, 1, -1 and overflow.
+    rng = random.Random(0)
+    return [
+        {s: sympy.Rational(rng.randint(-270, 270) or 1, rng.choice((7, 11, 13, 17))) for s in symbols}
+        for _ in range(_POINTS)
+    ]
+
+
+def _numeric(expr) -> complex | None:
+    try:
+        value = complex(expr.evalf(_DIGITS))
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, AttributeError):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _same_value(a, b, point: dict | None = None) -> bool | None:
+    """Whether `a` and `b` agree at `point` to 35 significant digits; `None` where either is not a number there."""
+    diff = (a - b) if point is None else (a - b).xreplace(point)
+    scale = _numeric(a if point is None else a.xreplace(point))
+    value = _numeric(diff)
+    if value is None or scale is None:
+        return None
+    return abs(value) <= _TOLERANCE * max(1.0, abs(scale))
+
+
+def _expr_equal(a, b) -> bool:
+    import sympy
+
+    if a.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
+        return False  # equal infinities were caught by `a == b`; oo - oo is nan, so no arithmetic from here
+    if a - b == 0:
+        return True
+    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
+    if not symbols:
+        verdict = _same_value(a, b)
+        if verdict is not None:
+            return verdict
+    elif len(symbols) <= 8:
+        # Polynomial identity testing: distinct expressions agree at a few random rationals with probability ~0.
+        verdicts = [_same_value(a, b, point) for point in _points(symbols)]
+        if False in verdicts:
+            return False
+        if verdicts.count(True) >= 3:
+            return True
+    return sympy.simplify(a - b) == 0
+
+
+def _proportional(x, y, *, positive: bool) -> bool:
+    if _expr_equal(x, y) or (not positive and _expr_equal(x, -y)):
+        return True
+    ratios = []
+    for point in _points(sorted(x.free_symbols | y.free_symbols, key=str)):
+        vx, vy = _numeric(x.xreplace(point)), _numeric(y.xreplace(point))
+        if vx is not None and vy is not None and abs(vy) > 1e-12:
+            ratios.append(vx / vy)
+    if len(ratios) < 3 or abs(ratios[0]) < 1e-12:
+        return False
+    if not all(abs(r - ratios[0]) <= 1e-12 * abs(ratios[0]) for r in ratios):
+        return False
+    return not positive or (abs(ratios[0].imag) < 1e-12 and ratios[0].real > 0)
+
+
+def symbolic_equivalent(gold: str, pred: str) -> bool:
+    """Full comparison of two extracted answers, using SymPy where the string level cannot decide."""
+    g, p = parse_answer(gold), parse_answer(pred)
+    if g is None or p is None:
+        return False
+    return compare(g, p, symbolic_scalar_equal) is True
+
+
+_WARM_UP = [
+    (r"\frac{1}{2}", r"\sqrt{x^2}"),
+    (r"(x+1)^2", r"x^2+2x+1"),
+    (r"\frac{\sqrt{6}-\sqrt{2}}{4}", r"2\sqrt{3}+\pi"),
+    (r"\log_2 8", r"\ln(x) - \sin^2 x \cdot \cos(2x)"),
+    (r"a^{b^c}", r"e^{-3x} \tan\theta"),
+    (r"y = 2x + 3", r"x^2 + y^2 \le 1"),
+    (r"5!", r"\binom{5}{2} - |x - 1|"),
+    (r"2\frac{1}{3}", r"\frac{3}{4}\pi r^3"),
+    (r"\sqrt[3]{2} \cdot 10^{-3}", r"\dfrac{-b + \sqrt{b^2 - 4ac}}{2a}"),
+]
+
+
+def warm_up() -> None:
+    """Imports SymPy and fills the parser's caches, so that no answer pays for them against its deadline."""
+    # ANTLR builds its prediction tables lazily: a first parse of each shape costs ~100 ms, a later one ~2 ms.
+    for gold, pred in _WARM_UP:
+        symbolic_equivalent(gold, pred)
