@@ -34,7 +34,6 @@ import threading
 import time
 from pathlib import Path
 
-
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 60.0

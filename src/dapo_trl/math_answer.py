@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -68,7 +69,6 @@ from .math_normalize import (
     sanitize,
     strip_trailing_punctuation,
 )
-
 
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_NUM_WORKERS = max(1, min(4, os.cpu_count() or 1))
@@ -179,9 +179,8 @@ def extract_answer(text: str) -> str | None:
     box_start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     if box_start >= 0 and not _BOX.match(text, box_start):
         box_start = -1
-    anchor = None
-    for anchor in _ANCHOR.finditer(text, max(0, box_start)):
-        pass
+    anchor = deque(_ANCHOR.finditer(text, max(0, box_start)), maxlen=1)
+    anchor = anchor[0] if anchor else None
     if anchor is not None and anchor.start() > box_start:
         answer = _anchored(text, anchor.end())
     elif box_start >= 0:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-
 MAX_ANSWER_CHARS = 1_000
 MAX_DEPTH = 12  # bracket nesting; real answers stay under 5, 5,000 nested parentheses is an attack
 MAX_ITEMS = 64  # elements in a list, set, tuple or matrix

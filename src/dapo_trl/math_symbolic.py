@@ -14,7 +14,6 @@ from functools import lru_cache
 
 from .math_normalize import Scalar, compare, fast_scalar_equal, parse_answer
 
-
 _DECIMAL = re.compile(r"(?<![\d.])(\d+)\.(\d+)(?![\d.])")
 _DIGITS = 50
 _TOLERANCE = 1e-35  # relative; inputs are exact (decimals become fractions), so only true equality gets this close
