@@ -166,6 +166,7 @@ def extract_answer(text: str) -> str | None:
     '\\frac{1}{3}'
     >>> extract_answer("Let me compute 3 + 4 = 7. Next, we") is None
     True
+
     ```
     """
     if not isinstance(text, str):
@@ -203,6 +204,7 @@ def extract_gold_answer(gold: object) -> str | None:
     '5'
     >>> extract_gold_answer(34)
     '34'
+
     ```
     """
     if isinstance(gold, (int, float)) and not isinstance(gold, bool):
@@ -253,6 +255,7 @@ def verify(gold: str, predicted: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -
     ```python
     >>> verify("0.5", r"\dfrac12"), verify("1000000", "1,000,000"), verify(r"\sqrt{2}", "1.414")
     (True, True, False)
+
     ```
     """
     verdict = _fast_verdict(gold, predicted)
@@ -294,6 +297,7 @@ def score_completion(completion_text: str, gold: object, *, timeout_s: float = D
     ```python
     >>> score_completion("2x = 8, so x = 4.\n\nAnswer: x = 4", "4")
     True
+
     ```
     """
     gold_answer = extract_gold_answer(gold)
