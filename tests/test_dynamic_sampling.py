@@ -1,0 +1,187 @@
+"""Dynamic sampling inside DAPOTrainer on a tiny local model (CPU)."""
+
+import logging
+
+import pytest
+from _tiny import KINDS, Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+
+from dapo_trl.loss import trl_num_items_for_exact_normalizer, window_token_counts
+
+pytestmark = pytest.mark.integration
+
+
+def make_trainer(tmp_path, dataset=None, eval_dataset=None, **overrides):
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = config(tmp_path, **overrides)
+    return Recorder(
+        model=model,
+        reward_funcs=[ScriptedReward()],
+        args=args,
+        train_dataset=dataset if dataset is not None else scripted_dataset(),
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+    )
+
+
+def prompt_kinds(trainer, batch):
+    """Kind of each real (not masked-out padding) row's prompt, read back from the token ids."""
+    texts = trainer.processing_class.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    real = batch["advantages"] != 0
+    return [KINDS[int(t.strip()[1:-1]) % len(KINDS)] for t, r in zip(texts, real) if r]
+
+
+def logged(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+def test_only_informative_groups_reach_the_loss_in_exact_shapes(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=3, steps_per_generation=2, gradient_accumulation_steps=2)
+    trainer.train()
+    assert trainer.recorded, "nothing reached the loss"
+    for batch in trainer.recorded:
+        assert batch["completion_ids"].size(0) == trainer.args.per_device_train_batch_size
+        assert set(prompt_kinds(trainer, batch)) == {"mixed"}
+    # each generation batch holds target groups of G rows
+    assert trainer._ds_target == trainer.args.generation_batch_size // trainer.num_generations
+    assert logged(trainer, "dynamic_sampling/groups_trained") == [trainer._ds_target] * 3
+    assert max(logged(trainer, "dynamic_sampling/informative_frac")) < 0.7  # 1/3 of prompts are mixed
+    assert all(u == 0 for u in logged(trainer, "dynamic_sampling/underfilled"))
+
+
+def test_token_normaliser_is_recomputed_on_the_filtered_batch(tmp_path):
+    trainer = make_trainer(
+        tmp_path, max_steps=2, steps_per_generation=4, gradient_accumulation_steps=2, per_device_train_batch_size=4
+    )
+    trainer.train()
+    batches = trainer.recorded[:4]  # the first generation batch
+    counts = [float(b["completion_mask"].sum()) for b in batches]
+    windows = window_token_counts(counts, steps_per_generation=4, num_iterations=1, gradient_accumulation_steps=2)
+    for batch, window in zip(batches, windows):
+        expected = trl_num_items_for_exact_normalizer(window, steps_per_generation=4, gradient_accumulation_steps=2)
+        assert batch["num_items_in_batch"].item() == pytest.approx(expected)
+
+
+class VaryingPenalty:
+    """Stands in for the overlong penalty with values that always vary within a group (as lengths would)."""
+
+    __name__ = "overlong_penalty"
+
+    def __call__(self, completions, **kwargs):
+        return [-0.1 * (i % 3) for i in range(len(completions))]
+
+
+class VaryingPenaltyTrainer(Recorder):
+    def build_overlong_penalty(self):
+        return VaryingPenalty()
+
+
+def make_varying(tmp_path, **overrides):
+    model, tokenizer = tiny_model_and_tokenizer()
+    return VaryingPenaltyTrainer(
+        model=model,
+        reward_funcs=[ScriptedReward()],
+        args=config(tmp_path, **overrides),
+        train_dataset=scripted_dataset(),
+        processing_class=tokenizer,
+    )
+
+
+def test_filter_uses_correctness_not_the_shaped_sum(tmp_path):
+    trainer = make_varying(tmp_path, max_steps=2)
+    trainer.train()
+    assert min(logged(trainer, "rewards/overlong_penalty/std")) > 0
+    for batch in trainer.recorded:
+        assert set(prompt_kinds(trainer, batch)) == {"mixed"}
+
+
+def test_filter_on_total_lets_shaped_groups_through(tmp_path):
+    trainer = make_varying(tmp_path, max_steps=2, dynamic_sampling_reward="total")
+    trainer.train()
+    kinds = {k for batch in trainer.recorded for k in prompt_kinds(trainer, batch)}
+    assert kinds & {"easy", "hard"}, "the shaped sum varies in every group, so constant-correctness groups get in"
+
+
+def test_unknown_filter_reward_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="not a reward function"):
+        make_trainer(tmp_path, dynamic_sampling_reward="accuracy")
+
+
+def test_exhausted_rounds_train_on_masked_batch_with_warning(tmp_path, caplog):
+    dataset = scripted_dataset(kinds=("easy", "hard"))  # no informative group exists
+    trainer = make_trainer(tmp_path, dataset=dataset, max_steps=1, dynamic_sampling_max_rounds=2)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert "informative groups" in caplog.text
+    assert logged(trainer, "dynamic_sampling/underfilled") == [1.0]
+    assert logged(trainer, "dynamic_sampling/rounds") == [2.0]
+    for batch in trainer.recorded:
+        assert batch["completion_ids"].size(0) == trainer.args.per_device_train_batch_size
+        assert batch["completion_mask"].sum() == 0 and batch["advantages"].abs().sum() == 0
+
+
+def test_exhausted_rounds_raise_when_asked(tmp_path):
+    dataset = scripted_dataset(kinds=("easy", "hard"))
+    trainer = make_trainer(
+        tmp_path, dataset=dataset, max_steps=1, dynamic_sampling_max_rounds=2, dynamic_sampling_on_exhausted="raise"
+    )
+    with pytest.raises(RuntimeError, match="dynamic_sampling_max_rounds=2"):
+        trainer.train()
+
+
+def test_evaluation_never_filters(tmp_path):
+    eval_dataset = scripted_dataset(n=8, kinds=("easy", "hard"))
+    trainer = make_trainer(tmp_path, eval_dataset=eval_dataset, per_device_eval_batch_size=8, max_steps=1)
+    seen = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        out = original(inputs)
+        seen.append(out["completion_ids"].size(0))
+        return out
+
+    trainer._generate_and_score_completions = spy
+    metrics = trainer.evaluate()
+    assert sum(seen) == len(eval_dataset) * trainer.num_generations  # every row, none dropped
+    assert "eval_reward" in metrics
+
+
+def test_carry_over_reuses_surplus_with_sampling_logprobs(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=4, dynamic_sampling_carry_over=True, dynamic_sampling_margin=4.0)
+    trainer.train()
+    assert sum(logged(trainer, "dynamic_sampling/groups_carried")) > 0
+    for batch in trainer.recorded:
+        assert "old_per_token_logps" in batch
+        assert set(prompt_kinds(trainer, batch)) == {"mixed"}
+
+
+def test_refused_iterable_dataset(tmp_path):
+    with pytest.raises(ValueError, match="map-style"):
+        make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset())
+
+
+def test_duplicated_prompts_warn(tmp_path, caplog):
+    from datasets import concatenate_datasets
+
+    dataset = concatenate_datasets([scripted_dataset(12)] * 3)
+    with caplog.at_level(logging.WARNING):
+        make_trainer(tmp_path, dataset=dataset)
+    assert "24 duplicated prompts" in caplog.text
+
+
+def test_dynamic_sampling_off_trains_on_everything(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=2, dynamic_sampling=False)
+    trainer.train()
+    kinds = {k for batch in trainer.recorded for k in prompt_kinds(trainer, batch)}
+    assert "mixed" in kinds and not logged(trainer, "dynamic_sampling/rounds")
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    common = dict(max_steps=4, save_strategy="steps", save_steps=2, dynamic_sampling_carry_over=True)
+    full = make_trainer(tmp_path / "full", **common)
+    full.train()
+    resumed = make_trainer(tmp_path / "resumed", **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    for key in ("loss", "reward", "dynamic_sampling/prompts_consumed", "dynamic_sampling/groups_carried"):
+        tail_full = [h.get(key) for h in full.state.log_history if h.get("step", 0) > 2 and "loss" in h]
+        tail_resumed = [h.get(key) for h in resumed.state.log_history if h.get("step", 0) > 2 and "loss" in h]
+        assert tail_full and tail_full == pytest.approx(tail_resumed), key
