@@ -81,7 +81,8 @@ _ANCHOR = re.compile(
 )
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _BOX_SEPARATOR = re.compile(r"^(?:[\s$,;.]|\\\]|\\\[|\\\)|\\\(|\band\b|\bor\b|\\text\{\s*(?:and|or)\s*\}|\\quad)*$")
-_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+_MATH_SPAN = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+_SPAN_JOINER = re.compile(r"^\s*(?:,|;|and|or|\\text\{\s*(?:and|or)\s*\})?\s*$")
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")
 _TEXT_WRAPPER = re.compile(r"\\text\{([^{}]*)\}")
 _LEADING_CHOICE = re.compile(r"^(?:\*\*)?\(?[A-J]\)(?:\*\*)?(?:\s|$)")
@@ -140,7 +141,13 @@ def _anchored(text: str, start: int) -> str | None:
     line = rest.split("\n", 1)[0]
     if _LEADING_CHOICE.match(line):  # "(B) $12$": the letter is the answer to a multiple-choice question
         return strip_trailing_punctuation(line.replace("**", "").strip())
-    spans = [next(g for g in m.groups() if g is not None).strip() for m in _MATH_SPAN.finditer(line)]
+    # "$x = 2$ or $x = 3$" is one two-part answer; in "the smallest such $n$ is $n = 11$" only the last span counts.
+    spans, end = [], None
+    for m in _MATH_SPAN.finditer(line):
+        if end is not None and not _SPAN_JOINER.match(line[end : m.start()]):
+            spans = []
+        spans.append(next(g for g in m.groups() if g is not None).strip())
+        end = m.end()
     if spans:
         return ", ".join(s for s in spans if s) or None
     line = _SENTENCE_END.split(line, maxsplit=1)[0].replace("**", "").strip(" *_")

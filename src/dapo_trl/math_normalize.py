@@ -61,7 +61,7 @@ _SUBS: list[tuple[re.Pattern[str], str]] = [
         (r"\\(?:displaystyle|textstyle|scriptstyle|limits)(?![a-zA-Z])", ""),
         (r"(\d)\\[,!]\s*(?=\d{3}(?!\d))", r"\1"),  # 1\,000 thousands separator
         (r"\{,\}", ""),  # 1{,}000
-        (r"\\[!,;:>]|\\ |~|\\q?quad(?![a-zA-Z])|\\hspace\*?\{[^{}]*\}", " "),
+        (r"(?<!\\)\\[!,;:>]|(?<!\\)\\ |~|\\q?quad(?![a-zA-Z])|\\hspace\*?\{[^{}]*\}", " "),
         (r"\\[dtc]frac(?![a-zA-Z])", r"\\frac"),
         (r"\\frac\s*(\d)\s*(\d)", r"\\frac{\1}{\2}"),  # LaTeX reads \frac12 as \frac{1}{2}
         (r"\\frac\s*(\{[^{}]*\})\s*(\d)", r"\\frac\1{\2}"),
