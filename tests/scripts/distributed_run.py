@@ -1,0 +1,55 @@
+"""Run by tests/test_distributed.py under `accelerate launch --multi_gpu --num_processes 2` on CPU (gloo).
+
+Trains a few DAPO steps where prompt groups span the two processes and the first round puts no informative group on
+rank 0, then saves, per rank, the micro-batches, gradients and parameters of every optimizer step.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+from _tiny import GradientCapture, Recorder, ScriptedReward, config, tiny_model_and_tokenizer  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+from dapo_trl.sampling import RoundPlanner  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def main(out_dir: str, carry_over: str) -> None:
+    overrides = dict(
+        per_device_train_batch_size=6,  # 12 rows per step over 2 processes = 3 groups of 4: group 1 spans the ranks
+        num_generations=4,
+        gradient_accumulation_steps=1,
+        max_steps=3,
+        shuffle_dataset=False,  # the stream is then sequential, so the test controls what each rank gets
+        ddp_find_unused_parameters=False,
+        dynamic_sampling_carry_over=carry_over == "carry",
+    )
+    args = config(out_dir, **overrides)
+    target = args.generation_batch_size // args.num_generations
+    first_round = RoundPlanner(target, granularity=1).next_round_size(target)
+    # First half of the first round all "easy": rank 0's rows of that round hold no informative group.
+    kinds = ["easy"] * (first_round // 2 + 1) + ["mixed", "hard", "mixed", "easy"] * 20
+    dataset = Dataset.from_dict({"prompt": [f"q{i}?\n" for i in range(len(kinds))], "kind": kinds})
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = Recorder(
+        model=model, reward_funcs=[ScriptedReward()], args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+    capture = GradientCapture(trainer)
+    trainer.add_callback(capture)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    history = trainer.state.log_history if rank == 0 else None
+    torch.save(
+        {"steps": capture.steps, "kinds": kinds, "history": history, "world": trainer.accelerator.num_processes},
+        os.path.join(out_dir, f"rank{rank}.pt"),
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,80 @@
+"""Two processes on CPU (gloo): dynamic sampling stays collective, balanced and exact."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from _tiny import reference_gradients, tiny_model_and_tokenizer
+
+pytestmark = [pytest.mark.distributed, pytest.mark.integration]
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "distributed_run.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(out_dir, mode):
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        SCRIPT,
+        str(out_dir),
+        mode,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.mark.parametrize("mode", ["discard", "carry"])
+def test_two_processes_balanced_exact_and_filtered(tmp_path, mode):
+    ranks = launch(tmp_path, mode)
+    assert ranks[0]["world"] == 2, "accelerate started a single process"
+    kinds = ranks[0]["kinds"]
+    _, tokenizer = tiny_model_and_tokenizer()
+    reference_model, _ = tiny_model_and_tokenizer()
+    steps = list(zip(ranks[0]["steps"], ranks[1]["steps"], strict=True))
+    assert len(steps) == 3
+    for step0, step1 in steps:
+        # balanced: same number of rows on both ranks for every micro-batch
+        for b0, b1 in zip(step0["batches"], step1["batches"], strict=True):
+            assert b0["completion_ids"].size(0) == b1["completion_ids"].size(0) == 6
+        # only informative (mixed) prompts carry weight
+        for batch in step0["batches"] + step1["batches"]:
+            texts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+            for text, advantage in zip(texts, batch["advantages"]):
+                if advantage != 0:
+                    assert kinds[int(text.strip()[1:-1])] == "mixed", text
+        # DDP gradients equal the token-mean gradient over both ranks' micro-batches
+        for name in step0["grads"]:
+            torch.testing.assert_close(step0["grads"][name], step1["grads"][name])
+        reference_model.load_state_dict(step0["params"])
+        expected = reference_gradients(
+            reference_model, step0["batches"] + step1["batches"], epsilon_low=0.2, epsilon_high=0.28
+        )
+        for name, grad in step0["grads"].items():
+            torch.testing.assert_close(grad, expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    history = ranks[0]["history"]
+    assert all(h.get("dynamic_sampling/underfilled", 0) == 0 for h in history)
+    if mode == "carry":
+        assert any(h.get("dynamic_sampling/groups_carried", 0) > 0 for h in history)
