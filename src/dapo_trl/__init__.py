@@ -1,3 +1,94 @@
-"""DAPO for Hugging Face TRL: decoupled clipping, dynamic sampling, token-level loss and overlong shaping."""
+"""DAPO for Hugging Face TRL: decoupled clipping, dynamic sampling, token-level loss and overlong shaping.
+
+Public API (what `__all__` lists is what users may rely on; modules and names starting with `_` are private):
+
+- [`DAPOConfig`], [`DAPOTrainer`]: the trainer and its configuration.
+- [`MathVerifierReward`], [`extract_answer`], [`verify`]: the rule-based math reward and its pure pieces.
+- [`OverlongPenalty`], [`soft_overlong_penalty`], [`is_truncated`]: overlong reward shaping (Eq. 13).
+- [`classify_groups`], [`RoundPlanner`], [`plan_selection`], [`PromptStream`], [`SelectionPlan`]: dynamic sampling
+  decisions, for subclasses that override the trainer's extension points.
+- [`clipped_surrogate`], [`token_level_mean`], [`sequence_level_mean`], [`dapo_loss`]: the objective as pure functions.
+
+Names are imported lazily so that `import dapo_trl.math_answer` does not pay for importing TRL.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from ._compat import check_trl_version
 
 __version__ = "0.1.0"
+
+check_trl_version()
+
+_EXPORTS = {
+    "DAPOConfig": "dapo_config",
+    "DAPOTrainer": "dapo_trainer",
+    "MathVerifierReward": "rewards",
+    "extract_answer": "math_answer",
+    "verify": "math_answer",
+    "OverlongPenalty": "overlong",
+    "soft_overlong_penalty": "overlong",
+    "is_truncated": "overlong",
+    "classify_groups": "sampling",
+    "GroupClassification": "sampling",
+    "RoundPlanner": "sampling",
+    "plan_selection": "sampling",
+    "SelectionPlan": "sampling",
+    "PromptStream": "sampling",
+    "clipped_surrogate": "loss",
+    "token_level_mean": "loss",
+    "sequence_level_mean": "loss",
+    "dapo_loss": "loss",
+}
+
+__all__ = [
+    "DAPOConfig",
+    "DAPOTrainer",
+    "GroupClassification",
+    "MathVerifierReward",
+    "OverlongPenalty",
+    "PromptStream",
+    "RoundPlanner",
+    "SelectionPlan",
+    "__version__",
+    "classify_groups",
+    "clipped_surrogate",
+    "dapo_loss",
+    "extract_answer",
+    "is_truncated",
+    "plan_selection",
+    "sequence_level_mean",
+    "soft_overlong_penalty",
+    "token_level_mean",
+    "verify",
+]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from .dapo_config import DAPOConfig
+    from .dapo_trainer import DAPOTrainer
+    from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
+    from .math_answer import extract_answer, verify
+    from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
+    from .rewards import MathVerifierReward
+    from .sampling import (
+        GroupClassification,
+        PromptStream,
+        RoundPlanner,
+        SelectionPlan,
+        classify_groups,
+        plan_selection,
+    )

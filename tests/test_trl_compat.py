@@ -1,0 +1,95 @@
+"""Pins the TRL surface DAPOTrainer builds on, so a TRL release that moves it fails here, loudly."""
+
+import inspect
+
+import pytest
+from trl import GRPOTrainer
+
+from dapo_trl._compat import SUPPORTED_TRL, check_trl_version
+from dapo_trl.dapo_trainer import DAPOTrainer
+
+# TRL method -> the leading parameters DAPOTrainer's override relies on
+OVERRIDDEN = {
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
+    "_generate_and_score_completions": ["self", "inputs"],
+    "_prepare_inputs": ["self", "generation_batch"],
+    "_get_per_token_logps_and_entropies": [
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+    ],
+    "_compute_loss": ["self", "model", "inputs"],
+    "_save_checkpoint": ["self", "model", "trial"],
+    "_load_optimizer_and_scheduler": ["self", "checkpoint"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERRIDDEN))
+def test_overridden_trl_methods_keep_their_signature(name):
+    params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+    expected = OVERRIDDEN[name]
+    assert params[: len(expected)] == expected, f"GRPOTrainer.{name} changed: {params}"
+    assert name in DAPOTrainer.__dict__, f"DAPOTrainer no longer overrides {name}"
+
+
+def test_trl_loss_normaliser_formula_is_the_one_inverted():
+    """`trl_num_items_for_exact_normalizer` inverts this exact expression of GRPOTrainer._compute_loss."""
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    assert 'normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes' in source
+    assert "normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation" in (
+        source
+    )
+    assert GRPOTrainer.loss_is_scaled_for_ga is True  # the Trainer must not divide by GA again
+
+
+def test_constructor_is_a_drop_in_replacement():
+    grpo = list(inspect.signature(GRPOTrainer.__init__).parameters)
+    dapo = list(inspect.signature(DAPOTrainer.__init__).parameters)
+    assert dapo == grpo
+
+
+def test_trl_attributes_used_by_the_glue_exist():
+    source = inspect.getsource(GRPOTrainer.__init__) + inspect.getsource(GRPOTrainer._prepare_inputs)
+    for attribute in [
+        "self.reward_funcs",
+        "self.reward_func_names",
+        "self.reward_processing_classes",
+        "self.reward_weights",
+        "self.eos_token_ids",
+        "self._buffered_inputs",
+        "self._step",
+        "self._metrics",
+        "self._is_vlm",
+        "self.shuffle_dataset",
+        "self.num_iterations",
+        "self.loss_type",
+        "self.epsilon_high",
+    ]:
+        assert attribute in source or attribute in inspect.getsource(GRPOTrainer), attribute
+
+
+def test_version_check_names_both_versions(monkeypatch):
+    check_trl_version("1.16.3")
+    with pytest.raises(ImportError, match=r"supports trl.*1\.17.* but trl 1\.15\.0 is installed"):
+        check_trl_version("1.15.0")
+    with pytest.raises(ImportError, match="2.0.0"):
+        check_trl_version("2.0.0")
+    monkeypatch.setenv("DAPO_TRL_SKIP_VERSION_CHECK", "1")
+    with pytest.warns(UserWarning, match="1.15.0"):
+        check_trl_version("1.15.0")
+    assert "1.16.0" in SUPPORTED_TRL
+
+
+def test_public_api_resolves_and_is_typed():
+    import pathlib
+
+    import dapo_trl
+
+    assert sorted(dapo_trl.__all__) == sorted([*dapo_trl._EXPORTS, "__version__"])
+    for name in dapo_trl.__all__:
+        assert getattr(dapo_trl, name) is not None, name
+    assert (pathlib.Path(dapo_trl.__file__).parent / "py.typed").exists()
