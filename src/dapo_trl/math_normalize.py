@@ -270,26 +270,69 @@ def parse_answer(text: str) -> Node | None:
 
 
 # ----------------------------------------------------------------------------------------------------------- guards
-_TOWER = re.compile(r"\d+(?:\s*\^\s*\{?\s*\(?\s*\d+)+")
+_NUMBER_TOWER = re.compile(r"\d+(?:\s*\^\s*\{?\s*\(?\s*\d+)*")  # 12, 2^{10}, 9^9^9, 9^{9^{9}}
 _FACTORIAL = re.compile(r"(\d+)\s*\)?\s*!")
+_FACTORIAL_OF_FACTORIAL = re.compile(r"!\s*[)}\]]+\s*!")
+_COMBINATORIAL = re.compile(r"!|\\[dt]?binom|\\choose|\\Gamma")
+MAX_EXPONENT_DEPTH = 3  # e^{x^{2}} is two levels; e^{e^{e^{e^{10}}}} is an attack
+
+
+def _log10_size(tower: str) -> float:
+    """log10 of the value of a numeric power tower such as `9^{9^{9}}` (`inf` when even that is out of range)."""
+    parts = re.findall(r"\d+", tower)
+    if len(parts) > 6:
+        return math.inf
+    top = parts[-1].lstrip("0") or "0"
+    digits = float(len(top)) if len(top) > 300 else math.log10(max(int(top), 1))
+    for base in reversed(parts[:-1]):
+        base = base.lstrip("0") or "0"
+        if len(base) == 1 and int(base) <= 1:
+            digits = 0.0
+            continue
+        if digits >= 300:
+            return math.inf
+        digits = 10.0**digits * (math.log10(int(base)) if len(base) <= 300 else len(base))
+    return digits
+
+
+def _max_size(s: str) -> float:
+    return max((_log10_size(m.group()) for m in _NUMBER_TOWER.finditer(s)), default=0.0)
+
+
+def _exponents(s: str) -> list[str]:
+    """The contents of the top-level superscripts of `s` (`x^{a+1}` gives `a+1`, `2^10` gives `1`)."""
+    found, i = [], 0
+    while (i := s.find("^", i)) >= 0:
+        i += 1
+        while i < len(s) and s[i] == " ":
+            i += 1
+        if i < len(s) and s[i] == "{":
+            depth, start = 0, i
+            for j in range(i, len(s)):
+                depth += {"{": 1, "}": -1}.get(s[j], 0)
+                if depth == 0:
+                    break
+            found.append(s[start + 1 : j])
+            i = j + 1
+        else:
+            found.append(s[i : i + 1])
+    return found
+
+
+def _exponent_depth(s: str, limit: int) -> int:
+    if limit < 0:
+        return 0
+    return max((1 + _exponent_depth(e, limit - 1) for e in _exponents(s)), default=0)
 
 
 def is_pathological(s: str) -> bool:
-    """Refuses numbers whose exact value is too large to compute (9^9^9^9, 1000000!) before SymPy tries."""
-    for m in _TOWER.finditer(s):
-        nums = [int(x) for x in re.findall(r"\d+", m.group())[-6:]] if len(m.group()) < 200 else None
-        if nums is None or len(re.findall(r"\^", m.group())) > 5:
-            return True
-        exponent = float(nums[-1]) if nums[-1] < 10**300 else math.inf
-        for base in reversed(nums[:-1]):
-            if base <= 1:
-                exponent = 1.0
-                continue
-            digits = exponent * math.log10(base)
-            if digits > MAX_RESULT_DIGITS:
-                return True
-            exponent = 10.0**digits if digits < 300 else math.inf
-    if s.count("!") > 4:
+    """Refuses values too large to compute exactly (9^9^9^9, 1000000!, (10^9)!) before SymPy tries."""
+    if _max_size(s) > MAX_RESULT_DIGITS or _exponent_depth(s, MAX_EXPONENT_DEPTH) > MAX_EXPONENT_DEPTH:
+        return True
+    # Exponents above 10^5 make exact arithmetic (and SymPy's evaluation at sample points) explode.
+    if any(_max_size(e) > 5 for e in _exponents(s)):
+        return True
+    if _COMBINATORIAL.search(s) and (_max_size(s) > 4 or s.count("!") > 4 or _FACTORIAL_OF_FACTORIAL.search(s)):
         return True
     return any(len(m.group(1)) > 4 or int(m.group(1)) > 800 for m in _FACTORIAL.finditer(s))
 
