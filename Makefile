@@ -1,0 +1,38 @@
+# The two set-up commands of the README: `make demo` (the main job on its embedded CPU default) and `make test`.
+# TORCH pins the CPU build on machines without a GPU; on a machine whose pip would fetch CUDA wheels, add
+# TORCH_INDEX="--extra-index-url https://download.pytorch.org/whl/cpu". On a GPU machine, install your CUDA torch
+# first and run `make demo TORCH=`.
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+export OMP_NUM_THREADS ?= 1
+export HF_HUB_OFFLINE ?= 1
+export HF_HUB_DISABLE_TELEMETRY ?= 1
+
+.PHONY: install install-dev demo test test-fast lint format bench
+
+install:
+	$(PYTHON) -m pip install -q $(TORCH_INDEX) $(TORCH) -e .
+
+install-dev:
+	$(PYTHON) -m pip install -q $(TORCH_INDEX) $(TORCH) -e ".[dev]"
+
+demo: install
+	accelerate launch --num_processes 1 --mixed_precision no --dynamo_backend no examples/train_math.py
+
+test: install-dev
+	$(PYTHON) -m pytest
+
+test-fast: install-dev
+	$(PYTHON) -m pytest -m "not integration and not distributed"
+
+lint:
+	ruff check . && ruff format --check .
+
+format:
+	ruff check --fix . && ruff format .
+
+bench:
+	$(PYTHON) benchmarks/dynamic_sampling.py
+	$(PYTHON) benchmarks/overhead.py
+	$(PYTHON) benchmarks/verifier.py
