@@ -1,0 +1,101 @@
+"""Training curves from a Trainer's `log_history` (needs the `plot` extra: matplotlib)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+# (panel title, [(metric key, legend label), ...])
+PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "reward",
+        (
+            ("dynamic_sampling/reward_before_filter", "before filtering"),
+            ("dynamic_sampling/reward_after_filter", "after filtering"),
+            ("reward", "rollout reward"),
+        ),
+    ),
+    (
+        "accuracy",
+        (
+            ("dynamic_sampling/accuracy_before_filter", "before filtering"),
+            ("dynamic_sampling/accuracy_after_filter", "after filtering"),
+            ("accuracy", "rollout accuracy"),
+        ),
+    ),
+    ("entropy", (("entropy", "token entropy"),)),
+    (
+        "response length",
+        (
+            ("completions/mean_length", "mean"),
+            ("completions/correct_mean_length", "correct"),
+            ("completions/incorrect_mean_length", "incorrect"),
+        ),
+    ),
+    ("clip fractions", (("clip_ratio/low_mean", "low clip"), ("clip_ratio/high_mean", "high clip"))),
+    (
+        "dynamic sampling",
+        (
+            ("dynamic_sampling/informative_frac", "informative fraction"),
+            ("dynamic_sampling/rounds", "rounds per batch"),
+        ),
+    ),
+)
+
+
+def series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
+    """Steps and values of one metric (entries without it, or with `None`/NaN, are skipped)."""
+    steps, values = [], []
+    for entry in log_history:
+        value = entry.get(key)
+        if value is None or "step" not in entry or (isinstance(value, float) and math.isnan(value)):
+            continue
+        steps.append(int(entry["step"]))
+        values.append(float(value))
+    return steps, values
+
+
+def plot_training_curves(log_history: Sequence[dict], path: str | Path, *, title: str | None = None) -> Path:
+    """
+    Write a PNG with one panel per group of [`PANELS`]: reward and accuracy before/after filtering, entropy, response
+    length, clip fractions, informative fraction and rounds per batch. Metrics that were never logged are left out.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    for ax, (panel, keys) in zip(axes.flat, PANELS, strict=True):
+        drawn = False
+        for key, label in keys:
+            steps, values = series(log_history, key)
+            if steps:
+                ax.plot(steps, values, label=label, marker="." if len(steps) < 30 else None)
+                drawn = True
+        ax.set_title(panel)
+        ax.set_xlabel("optimizer step")
+        if drawn:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def save_log_history(log_history: Sequence[dict], path: str | Path) -> Path:
+    """Write the metrics log as JSON lines (one logged step per line)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for entry in log_history:
+            f.write(json.dumps(entry) + "\n")
+    return path
