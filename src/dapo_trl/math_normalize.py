@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 MAX_ANSWER_CHARS = 1_000
 MAX_DEPTH = 12  # bracket nesting; real answers stay under 5, 5,000 nested parentheses is an attack
@@ -94,6 +95,7 @@ def sanitize(text: str) -> str:
     return text
 
 
+@lru_cache(maxsize=16_384)
 def clean(text: str) -> str:
     """Strips presentation-only LaTeX (delimiters, spacing, `\\left`, `\\dfrac`, degree and currency signs)."""
     text = sanitize(text).translate(_UNICODE)
@@ -256,6 +258,7 @@ def _node(s: str, label: str | None = None) -> Node:
     return _scalar(s)
 
 
+@lru_cache(maxsize=16_384)  # a gold answer is parsed once per group of G completions; nodes are immutable
 def parse_answer(text: str) -> Node | None:
     """Cleans an extracted answer and parses its structure; `None` if it is empty, malformed or pathological."""
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_ANSWER_CHARS:
