@@ -44,7 +44,7 @@ def test_overlong_shaped_sum_would_leak_all_wrong_groups():
 
 
 def test_adaptive_round_size_meets_need_with_margin():
-    planner = RoundPlanner(32, z=1.5)
+    planner = RoundPlanner(32, z=1.5, max_round_prompts=1000)
     for _ in range(20):
         planner.update(100, 25)  # p = 0.25
     assert planner.rate == pytest.approx(0.25, abs=0.01)
@@ -55,7 +55,7 @@ def test_adaptive_round_size_meets_need_with_margin():
 
 
 def test_adaptive_tracks_a_changing_rate():
-    planner = RoundPlanner(10, decay=0.5)
+    planner = RoundPlanner(10, decay=0.5, max_round_prompts=1000)
     for _ in range(10):
         planner.update(10, 9)
     high = planner.next_round_size(10)
