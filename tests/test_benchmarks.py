@@ -1,0 +1,190 @@
+"""The benchmark scripts run (`--quick`), print their tables, and the dynamic-sampling simulation matches the trainer."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def dynamic_sampling_quick():
+    ds = load_benchmark("dynamic_sampling")
+    return ds, ds.main(["--quick"])
+
+
+def test_dynamic_sampling_quick_prints_every_row(dynamic_sampling_quick, capsys):
+    ds, _ = dynamic_sampling_quick
+    ds.main(["--quick", "--steps", "5"])
+    out = capsys.readouterr().out
+    assert "| population | p | strategy | gen/trained | x floor (1/p) | rounds/step |" in out
+    for pop in ds.POPULATIONS:
+        assert f"| {pop.name} | Beta({pop.a:g}, {pop.b:g}) |" in out
+        for strat in ds.STRATEGIES:
+            rows = [
+                line for line in out.splitlines() if line.startswith(f"| {pop.name} |") and f"| {strat.name} |" in line
+            ]
+            assert len(rows) == 1, (pop.name, strat.name)
+    assert "meets targets" in out
+
+
+def test_carry_over_reaches_the_floor_in_few_rounds(dynamic_sampling_quick):
+    ds, results = dynamic_sampling_quick
+    for pop in ds.POPULATIONS:
+        carry = results[pop.name, "adaptive+carry"]
+        deficit = results[pop.name, "deficit"]
+        # Exact-deficit refill never overshoots, so it sits on the floor too: carry-over must match it in groups
+        # generated per group trained while needing far fewer rounds.
+        assert carry.gen_per_trained <= 1.03 * deficit.gen_per_trained, pop.name
+        assert carry.mean_rounds < 0.7 * deficit.mean_rounds, pop.name
+        # Discarding the surplus wastes generation; carrying it does not.
+        assert carry.gen_per_trained < results[pop.name, "adaptive"].gen_per_trained, pop.name
+        assert carry.gen_per_trained < results[pop.name, "fixed-3x"].gen_per_trained, pop.name
+        assert carry.floor_ratio <= ds.TARGET_FLOOR_RATIO, pop.name
+        assert carry.underfilled == 0, pop.name
+    # Where one round of the default cap (4x the target) can hold the batch, one round usually suffices.
+    for pop in ds.POPULATIONS[1:]:
+        assert results[pop.name, "adaptive+carry"].mean_rounds <= ds.TARGET_ROUNDS, pop.name
+
+
+def test_informative_rate_formula_matches_monte_carlo():
+    ds = load_benchmark("dynamic_sampling")
+    gen = torch.Generator().manual_seed(0)
+    for pop in ds.POPULATIONS:
+        q = torch.distributions.Beta(torch.tensor(pop.a), torch.tensor(pop.b)).sample((200_000,)).double()
+        correct = torch.binomial(torch.full_like(q, 16.0), q, generator=gen)
+        monte_carlo = ((correct > 0) & (correct < 16)).double().mean().item()
+        assert ds.beta_informative_rate(pop.a, pop.b, 16) == pytest.approx(monte_carlo, abs=0.01), pop.name
+
+
+class Verdicts:
+    """Pseudo-random informative verdicts, the same sequence for whoever asks with the same seed."""
+
+    def __init__(self, rate: float, seed: int) -> None:
+        self.rate = rate
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __call__(self, n: int) -> torch.Tensor:
+        return torch.rand(n, generator=self.gen) < self.rate
+
+
+@pytest.mark.integration
+def test_simulation_loop_matches_the_trainer(tmp_path):
+    """`sample_generation_batch` decides every round and every batch exactly as `DAPOTrainer` does."""
+    from transformers.trainer_callback import PrinterCallback
+
+    from dapo_trl.dapo_config import DAPOConfig
+    from dapo_trl.dapo_trainer import DAPOTrainer
+    from dapo_trl.sampling import PromptStream, RoundPlanner
+    from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset, toy_reward
+
+    ds = load_benchmark("dynamic_sampling")
+    rate, seed, steps, max_rounds = 0.1, 0, 8, 2
+
+    class ScriptedVerdicts(DAPOTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.verdicts = Verdicts(rate, seed)
+            self.rounds: list[list[int]] = []
+
+        def select_informative_groups(self, values):
+            return self.verdicts(values.size(0))
+
+        def on_groups_scored(self, prompt_indices, values, informative):
+            self.rounds.append(list(prompt_indices))
+
+    tokenizer = build_char_tokenizer()
+    dataset = make_math_dataset(40, seed=seed)
+    args = DAPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        activation_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        max_steps=steps,
+        seed=seed,
+        num_generations=4,
+        per_device_train_batch_size=16,  # target: 4 groups
+        max_completion_length=4,
+        overlong_shaping=False,
+        dynamic_sampling_carry_over=True,
+        dynamic_sampling_max_rounds=max_rounds,
+    )
+    trainer = ScriptedVerdicts(
+        model=build_tiny_model(tokenizer, hidden_size=32, num_heads=2),
+        reward_funcs=[toy_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+    assert len(logged) == steps
+
+    target = trainer._ds_target
+    planner = RoundPlanner(target, z=args.dynamic_sampling_margin)
+    stream = PromptStream(len(dataset), seed=seed)
+    verdicts = Verdicts(rate, seed)
+    rounds: list[list[int]] = []
+
+    def score(indices):
+        rounds.append(list(indices))
+        return verdicts(len(indices))
+
+    carried = 0
+    outcomes = []
+    for _ in range(steps):
+        out = ds.sample_generation_batch(
+            planner, stream, score, target=target, num_carried=carried, max_rounds=max_rounds, carry_over=True
+        )
+        carried = out.carried_out
+        outcomes.append(out)
+
+    assert rounds == trainer.rounds
+    simulated = [(o.rounds, o.generated, o.carried_in, o.trained, o.discarded, float(o.missing > 0)) for o in outcomes]
+    from_trainer = [
+        tuple(
+            h[f"dynamic_sampling/{k}"]
+            for k in ("rounds", "groups_generated", "groups_carried", "groups_trained", "groups_discarded")
+        )
+        + (h["dynamic_sampling/underfilled"],)
+        for h in logged
+    ]
+    assert simulated == from_trainer
+    # the scripted verdicts reach second rounds, carried groups and an underfilled batch
+    assert max(o.rounds for o in outcomes) > 1 and any(o.carried_in for o in outcomes)
+    assert any(o.missing for o in outcomes)
+    assert planner.state_dict() == pytest.approx(trainer._planner.state_dict())
+
+
+@pytest.mark.integration
+def test_overhead_quick_prints_the_comparison(capsys):
+    overhead = load_benchmark("overhead")
+    runs = overhead.main(["--quick"])
+    out = capsys.readouterr().out
+    for kind in overhead.KINDS:
+        assert f"| {kind} |" in out
+        assert len(runs[kind]) == 2 and all(run["cpu_times"] for run in runs[kind])
+    assert "DAPO / GRPO step time (CPU)" in out
+    # A loose bound (quick mode on shared cores is noisy): catches a gross regression, not a few percent.
+    ratio = overhead._median(runs["DAPO"], "cpu_times") / overhead._median(runs["GRPO"], "cpu_times")
+    assert ratio < 1.5
