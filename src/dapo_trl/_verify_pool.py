@@ -81,6 +81,7 @@ class VerifierPool:
         self._size = 0  # idle + busy workers
         self._max = 1
         self._failed_at = -float("inf")
+        self._started = False
         self.timeouts = 0
 
     # ------------------------------------------------------------------------------------------------- zygote
@@ -108,6 +109,7 @@ class VerifierPool:
             self._failed_at = time.monotonic()
             raise
         self._ctrl = ours
+        self._started = True
 
     def _spawn(self) -> _Worker | None:
         with self._ctrl_lock:
@@ -164,10 +166,11 @@ class VerifierPool:
             self._cond.notify()
 
     def compare(self, gold: str, pred: str, timeout_s: float) -> bool | None:
-        start = time.monotonic()
-        if self._zygote is None:
+        if not self._started:
+            # A one-time cold start is bounded by STARTUP_TIMEOUT_S, not by the answer's budget. Every thread waits
+            # here (on the control lock) until it is over, so none starts its clock while another is booting the pool.
             self.start()
-            start = time.monotonic()  # a one-time cold start is bounded by STARTUP_TIMEOUT_S, not the answer's budget
+        start = time.monotonic()
         worker = self._acquire(start + timeout_s)
         if worker is None:
             return None
@@ -182,6 +185,8 @@ class VerifierPool:
 
     def start(self) -> None:
         with self._ctrl_lock:
+            if time.monotonic() - self._failed_at < STARTUP_TIMEOUT_S:
+                return  # failed moments ago (and said so); comparisons count as timeouts until the retry
             if self._zygote is None or self._zygote.poll() is not None:
                 try:
                     self._start_zygote()
@@ -210,6 +215,7 @@ class VerifierPool:
             if self._ctrl is not None:
                 self._ctrl.close()  # the zygote kills its workers and exits when this closes
                 self._ctrl = None
+            self._started = False
             if self._zygote is not None:
                 try:
                     self._zygote.wait(5.0)
@@ -222,7 +228,7 @@ class VerifierPool:
         """In a forked child: drop the parent's processes without signalling them, closing only our socket copies."""
         for sock in [w.sock for w in self._idle] + ([self._ctrl] if self._ctrl else []):
             sock.close()
-        self._idle, self._size, self._ctrl, self._zygote = [], 0, None, None
+        self._idle, self._size, self._ctrl, self._zygote, self._started = [], 0, None, None, False
         self._cond, self._ctrl_lock = threading.Condition(), threading.Lock()
 
 

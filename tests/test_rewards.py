@@ -1,0 +1,116 @@
+"""MathVerifierReward: TRL's reward-function contract, gold-column resolution, logging and pickling."""
+
+import doctest
+import pickle
+
+import pytest
+from trl.trainer.utils import get_callable_name
+
+from dapo_trl import math_answer, rewards
+from dapo_trl.rewards import MathVerifierReward, completion_text
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_workers():
+    yield
+    math_answer.shutdown_workers()
+
+
+def conversation(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def test_doctests():
+    assert doctest.testmod(rewards).failed == 0
+
+
+def test_name_is_pinned_for_trl_metrics():
+    reward = MathVerifierReward(correct_reward=2.0)
+    # TRL names the metric `rewards/<name>/mean` after this.
+    assert get_callable_name(reward) == "math_verifier"
+    assert reward.correct_reward == 2.0 and reward.incorrect_reward == -1.0
+
+
+def test_picklable():
+    reward = pickle.loads(pickle.dumps(MathVerifierReward(answer_column="reward_model.ground_truth", timeout_s=2.0)))
+    assert reward.answer_column == "reward_model.ground_truth" and reward.timeout_s == 2.0
+    assert reward(["Answer: 3"], reward_model=[{"ground_truth": "3"}]) == [1.0]
+
+
+def test_conversational_and_plain_completions():
+    reward = MathVerifierReward()
+    completions = [
+        conversation("So $x = 2$.\nAnswer: 2"),
+        [{"role": "user", "content": "Answer: 2"}, {"role": "assistant", "content": "Answer: 3"}],
+        "Answer: 2",
+        "2 + 0 = 2, and then",
+    ]
+    assert reward(completions, answer=["2"] * 4) == [1.0, -1.0, 1.0, -1.0]
+
+
+def test_completion_text_takes_the_last_assistant_message():
+    messages = [
+        {"role": "assistant", "content": "Answer: 1"},
+        {"role": "tool", "content": "Answer: 9"},
+        {"role": "assistant", "content": "Answer: 2"},
+    ]
+    assert completion_text(messages) == "Answer: 2"
+    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "Answer: 4"}]}]) == "Answer: 4"
+    assert completion_text("plain") == "plain"
+
+
+def test_custom_reward_values():
+    reward = MathVerifierReward(correct_reward=1.0, incorrect_reward=0.0)
+    assert reward(["Answer: 5", "Answer: 6"], answer=["5", "5"]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"answer": ["7"], "solution": ["Wrong: \\boxed{8}"]},  # `answer` wins over `solution`
+        {"solution": ["Add them: $3 + 4 = \\boxed{7}$."]},  # a MATH worked solution
+        {"reward_model": [{"ground_truth": "7", "style": "rule-lighteval/MATH_v2"}], "data_source": ["math_dapo"]},
+    ],
+)
+def test_gold_column_auto_detection(columns):
+    assert MathVerifierReward()(["Answer: 7"], **columns) == [1.0]
+
+
+def test_explicit_and_dotted_answer_column():
+    assert MathVerifierReward(answer_column="target")(["Answer: 7"], target=["7"], answer=["8"]) == [1.0]
+    nested = [{"meta": {"gold": "7"}}]
+    assert MathVerifierReward(answer_column="info.meta.gold")(["Answer: 7"], info=nested) == [1.0]
+
+
+def test_missing_column_names_what_it_saw():
+    with pytest.raises(ValueError, match=r"received the columns \['question', 'source'\]"):
+        MathVerifierReward()(["Answer: 7"], question=["q"], source=["s"], trainer_state=None, log_extra=None)
+    with pytest.raises(ValueError, match="'target'"):
+        MathVerifierReward(answer_column="target")(["Answer: 7"], answer=["7"])
+
+
+def test_unparseable_gold_is_skipped_with_none():
+    reward = MathVerifierReward()
+    gold = ["7", "a long worked solution with no final answer " * 40, "", None]
+    assert reward(["Answer: 7"] * 4, answer=gold) == [1.0, None, None, None]
+
+
+def test_extracted_answers_are_logged():
+    logged = {}
+    reward = MathVerifierReward()
+    completions = [conversation("\\boxed{\\frac{1}{2}}"), conversation("I am not sure")]
+    reward(completions, answer=["0.5", "0.5"], log_extra=lambda column, values: logged.setdefault(column, values))
+    assert logged == {"extracted_answer": ["\\frac{1}{2}", "[no answer]"]}
+
+
+def test_symbolic_rows_in_a_batch():
+    reward = MathVerifierReward(num_workers=2)
+    completions = ["Answer: $2\\sqrt{2}$", "Answer: $(x+1)^2$", "Answer: $1.414$", "Answer: 12"]
+    gold = ["\\sqrt{8}", "x^2+2x+1", "\\sqrt{2}", "12"]
+    assert reward(completions, solution=gold) == [1.0, 1.0, -1.0, 1.0]
+
+
+@pytest.mark.parametrize("kwargs", [{"timeout_s": 0}, {"num_workers": 0}])
+def test_invalid_arguments(kwargs):
+    with pytest.raises(ValueError):
+        MathVerifierReward(**kwargs)
