@@ -1,0 +1,290 @@
+"""
+Hostile inputs against the math verifier: no code runs, nothing crashes, and every call returns within its deadline,
+whether it is made from the main thread, a worker thread, or a worker process (forked, spawned or daemonic).
+"""
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from dapo_trl import _verify_pool, math_answer
+from dapo_trl._verify_pool import VerifierPool
+from dapo_trl.math_answer import extract_answer, extract_gold_answer, score_completion, verify, verify_batch
+
+TIMEOUT_S = 1.0
+# Scheduling jitter on a loaded 2-core CI machine; the deadline itself is TIMEOUT_S.
+BOUND_S = TIMEOUT_S + 1.0
+
+
+def payloads(marker: str) -> list[str]:
+    code = f"__import__('os').system('touch {marker}')"
+    return [
+        # Attempts to run code: Python, SymPy's parser, LaTeX primitives.
+        code,
+        f'eval("{code}")',
+        f'exec(\'open("{marker}", "w")\')',
+        f"\\text{{{code}}}",
+        f"\\boxed{{{code}}}",
+        f"\\input{{{marker}}}",
+        f"\\include{{{marker}}}",
+        f"\\immediate\\write18{{touch {marker}}}",
+        f"\\def\\x{{{code}}}\\x",
+        f"\\newcommand{{\\x}}{{{code}}}",
+        f"Symbol('x').__class__.__init__.__globals__['os'].system('touch {marker}')",
+        "lambda: __import__('os')",
+        f"\\operatorname{{{code}}}(x)",
+        f"x = {code}",
+        # Values too large to compute.
+        "9^{9^{9^{9}}}",
+        "9^9^9^9",
+        "1000000!",
+        "(10^{9})!",
+        "((10!)!)!",
+        "\\binom{10^{9}}{10^{8}}",
+        "\\Gamma(10^{9})",
+        "(2^{3})^{(10^{20})}",
+        "10^{10^{10}}",
+        "2^{10^{6}}",
+        "e^{e^{e^{e^{10}}}}",
+        "x^{x^{x^{x^{x}}}}",
+        "\\sin(10^{100})",
+        # Deep nesting, huge and malformed strings.
+        "(" * 5000 + "1" + ")" * 5000,
+        "{" * 5000 + "1" + "}" * 5000,
+        "\\sqrt{" * 3000 + "2" + "}" * 3000,
+        "\\frac{1}{" * 2000 + "2" + "}" * 2000,
+        "1" * 1_000_000,
+        "x" * 1_000_000,
+        "\\boxed{" * 100_000,
+        "$" * 200_000,
+        "Answer: " * 100_000,
+        "1\x002",
+        "\x00" * 1000,
+        "\ud800\udfff\ud800",
+        "\\frac{1}{0}",
+        "0/0",
+        "\\infty - \\infty",
+        "\\lim_{x \\to 0} \\frac{1}{x}",
+        "\\sum_{n=1}^{\\infty} n",
+        "\\int_0^\\infty e^{x^2} dx",
+        "+".join(["x"] * 400),
+        "\\begin{pmatrix}" + "\\\\".join(["&".join(["x"] * 8)] * 8) + "\\end{pmatrix}",
+        "",
+        " ",
+        "}",
+        "\\",
+    ]
+
+
+def run_battery(marker: str, timeout_s: float = TIMEOUT_S, bound_s: float = BOUND_S) -> list[str]:
+    """Calls every public entry point on every payload; returns a description of each failure."""
+    failures = []
+    calls = [
+        ("verify(gold, payload)", lambda p: verify("x + 1", p, timeout_s=timeout_s), (bool,)),
+        ("verify(payload, gold)", lambda p: verify(p, "1", timeout_s=timeout_s), (bool,)),
+        ("score(answer line)", lambda p: score_completion(f"Answer: ${p}$", "2", timeout_s=timeout_s), (bool,)),
+        ("score(boxed, gold)", lambda p: score_completion(f"\\boxed{{{p}}}", p, timeout_s=timeout_s), (bool, type(None))),
+        ("extract_answer", extract_answer, (str, type(None))),
+        ("extract_gold_answer", extract_gold_answer, (str, type(None))),
+    ]  # fmt: skip
+    for payload in payloads(marker):
+        for name, call, types in calls:
+            start = time.monotonic()
+            try:
+                result = call(payload)
+            except Exception as error:  # the test is that nothing raises
+                failures.append(f"{name}({payload[:40]!r}) raised {error!r}")
+                continue
+            elapsed = time.monotonic() - start
+            if elapsed > bound_s:
+                failures.append(f"{name}({payload[:40]!r}) took {elapsed:.2f} s")
+            if not isinstance(result, types):
+                failures.append(f"{name}({payload[:40]!r}) returned {result!r}")
+    batch = [p for p in payloads(marker) if len(p) < 10_000]
+    start = time.monotonic()
+    verdicts = verify_batch(["x + 1"] * len(batch), batch, timeout_s=timeout_s, num_workers=2)
+    if time.monotonic() - start > bound_s * 3 or any(verdicts):
+        failures.append(f"verify_batch took {time.monotonic() - start:.2f} s and returned {verdicts}")
+    if os.path.exists(marker):
+        failures.append(f"a payload created {marker}")
+    return failures
+
+
+def _battery_in_child(marker: str, queue) -> None:
+    math_answer.warm_up(2)  # this process's own pool; its cold start is not part of any answer's deadline
+    failures = run_battery(marker)
+    failures += [] if verify("\\sqrt{8}", "2\\sqrt{2}") else ["symbolic comparison failed in the child"]
+    math_answer.shutdown_workers()
+    queue.put(failures)
+
+
+def _symbolic_in_daemon() -> bool:
+    return verify("(x+1)^2", "x^2+2x+1") and not verify("\\sqrt{2}", "1.414")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pool():
+    math_answer.warm_up(2)
+    yield
+    math_answer.shutdown_workers()
+
+
+@pytest.fixture
+def marker(tmp_path):
+    path = tmp_path / "pwned"
+    yield str(path)
+    assert not path.exists(), "a payload ran code"
+
+
+def test_main_thread(marker):
+    assert run_battery(marker) == []
+
+
+def test_worker_thread(marker):
+    results = []
+    thread = threading.Thread(target=lambda: results.append(run_battery(marker)))
+    thread.start()
+    thread.join(timeout=120)
+    assert results == [[]]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_process(marker, method):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method} start method here")
+    assert verify("\\sqrt{8}", "2\\sqrt{2}")  # the parent's pool is live while the child runs
+    parent_pids = _verify_pool.get_pool().pids()
+    context = multiprocessing.get_context(method)
+    queue = context.Queue()
+    process = context.Process(target=_battery_in_child, args=(marker, queue))
+    process.start()
+    failures = queue.get(timeout=180)
+    process.join(timeout=30)
+    assert failures == []
+    assert process.exitcode == 0
+    # A forked child forgets its parent's workers instead of using or killing them.
+    assert _verify_pool.get_pool().pids()[:1] == parent_pids[:1]
+    assert verify("(x+1)^2", "x^2+2x+1")
+
+
+def test_daemonic_pool_worker():
+    # multiprocessing.Pool workers are daemonic and may not start multiprocessing children; ours are subprocesses.
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_symbolic_in_daemon)
+
+
+PLANTED = """
+import time
+
+from dapo_trl.math_symbolic import symbolic_equivalent
+
+
+def compare(gold, pred):
+    if "slow" in pred:
+        time.sleep(120)
+    return symbolic_equivalent(gold, pred)
+"""
+
+
+@pytest.fixture
+def slow_pool(tmp_path, monkeypatch):
+    (tmp_path / "planted_slow.py").write_text(PLANTED)
+    pool = VerifierPool(entry=("planted_slow", "compare"), python_path=str(tmp_path))
+    pool.warm_up(1)
+    monkeypatch.setattr(_verify_pool, "_POOL", pool)
+    yield pool
+    pool.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # an exited process whose parent has not reaped it yet (a zombie) is gone for our purposes
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _assert_pid_gone(pid: int, within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} is still alive")
+
+
+@pytest.mark.parametrize("where", ["main thread", "worker thread"])
+def test_timeout_fires_on_a_planted_slow_comparator(slow_pool, where):
+    zygote, worker = slow_pool.pids()
+    results = []
+
+    def call():
+        start = time.monotonic()
+        results.append((verify("x + 1", "slow + x", timeout_s=TIMEOUT_S), time.monotonic() - start))
+
+    if where == "main thread":
+        call()
+    else:
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(timeout=60)
+    [(verdict, elapsed)] = results
+    assert verdict is False
+    assert TIMEOUT_S <= elapsed <= BOUND_S, f"returned after {elapsed:.2f} s"
+    assert slow_pool.timeouts == 1
+    _assert_pid_gone(worker)  # the stuck worker was killed, not left running
+    # Its replacement serves the next comparison, within the same bound.
+    start = time.monotonic()
+    assert verify("\\sqrt{8}", "2\\sqrt{2}", timeout_s=TIMEOUT_S)
+    assert time.monotonic() - start <= BOUND_S
+    assert slow_pool.pids()[0] == zygote
+
+
+def test_batch_with_a_slow_row_keeps_the_others(slow_pool):
+    golds = ["x + 1", "\\sqrt{8}", "x^2-1", "7"]
+    predictions = ["slow + x", "2\\sqrt{2}", "(x-1)(x+1)", "7"]
+    start = time.monotonic()
+    assert verify_batch(golds, predictions, timeout_s=TIMEOUT_S, num_workers=2) == [False, True, True, True]
+    assert time.monotonic() - start <= BOUND_S + TIMEOUT_S
+
+
+def test_shutdown_leaves_no_processes():
+    pool = _verify_pool.get_pool(2)
+    pool.warm_up(2)
+    pids = pool.pids()
+    assert len(pids) == 3  # the zygote and two workers
+    math_answer.shutdown_workers()
+    for pid in pids:
+        _assert_pid_gone(pid)
+    assert _verify_pool._POOL is None
+    assert verify("\\sqrt{8}", "2\\sqrt{2}")  # and it restarts lazily
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_die_with_a_killed_caller(tmp_path):
+    """If the training process is SIGKILLed (no atexit), the zygote and the workers still go away."""
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import sys, time\n"
+        "from dapo_trl import _verify_pool\n"
+        "pool = _verify_pool.get_pool(2)\n"
+        "pool.warm_up(2)\n"
+        "print(*pool.pids(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in caller.stdout.readline().split()]
+    assert len(pids) == 3
+    caller.kill()
+    caller.wait()
+    for pid in pids:
+        _assert_pid_gone(pid)
