@@ -273,3 +273,305 @@ def _render_prompt(tokenizer: Any, prompt: str | list[dict[str, str]]) -> str:
     if isinstance(prompt, str):
         return prompt
     return tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+
+
+def _sample_vllm(
+    model_path: str,
+    prompts: Sequence[str | list[dict[str, str]]],
+    *,
+    k: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+) -> list[list[str]]:  # pragma: no cover - vLLM needs CUDA; this branch is not exercised by the test suite
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_path, seed=seed or 0)
+    params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
+    if all(isinstance(p, str) for p in prompts):
+        results = llm.generate(list(prompts), params)
+    else:
+        results = llm.chat([list(p) for p in prompts], params)
+    return [[o.text for o in r.outputs] for r in results]
+
+
+def _vllm_available() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def cluster_answers(answers: Sequence[str | None], equivalent: Callable[[str, str], bool]) -> list[str | None]:
+    """
+    Map each answer to the first earlier answer it is equivalent to, so that majority voting counts `0.5` and
+    `\\frac{1}{2}` as one answer. `None` stays `None`.
+
+    Example:
+    ```python
+    >>> cluster_answers(["2", "2.0", None, "3"], lambda a, b: float(a) == float(b))
+    ['2', '2', None, '3']
+
+    ```
+    """
+    representatives: list[str] = []
+    out: list[str | None] = []
+    for answer in answers:
+        if answer is None:
+            out.append(None)
+            continue
+        match = next((r for r in representatives if r == answer or equivalent(r, answer)), None)
+        if match is None:
+            representatives.append(answer)
+            match = answer
+        out.append(match)
+    return out
+
+
+def _verifier_scorer(completion: str, answer: str) -> bool:
+    from .math_answer import score_completion
+
+    return bool(score_completion(completion, answer))
+
+
+def _verifier_equivalent(a: str, b: str) -> bool:
+    from .math_answer import verify
+
+    return verify(a, b)
+
+
+def _verifier_extract(completion: str) -> str | None:
+    from .math_answer import extract_answer
+
+    return extract_answer(completion)
+
+
+def pass_ks(k: int) -> list[int]:
+    """The `k` of pass@k to report for `k` samples: 1, powers of two below `k`, and `k`."""
+    ks = [1]
+    while ks[-1] * 2 < k:
+        ks.append(ks[-1] * 2)
+    if ks[-1] != k:
+        ks.append(k)
+    return ks
+
+
+def evaluate(
+    model_or_path: Any,
+    dataset: Any,
+    *,
+    k: int = 32,
+    temperature: float = 1.0,
+    top_p: float = 0.7,
+    max_new_tokens: int = 1024,
+    backend: str = "auto",
+    scorer: Scorer | None = None,
+    answer_extractor: Callable[[str], str | None] | None = None,
+    answer_equivalent: Callable[[str, str], bool] | None = None,
+    tokenizer: Any = None,
+    use_chat_template: bool | None = None,
+    batch_size: int = 8,
+    seed: int | None = 0,
+    progress: bool = True,
+    return_samples: bool = False,
+) -> dict[str, Any]:
+    """
+    Sample `k` completions per prompt and report avg@k, pass@k and maj@k.
+
+    DAPO §4.1 reports avg@32 on AIME 2024 at temperature 1.0 and top-p 0.7, the defaults here.
+
+    Args:
+        model_or_path (`PreTrainedModel` or `str`):
+            A model, or the path of a saved checkpoint (loaded with `AutoModelForCausalLM`, on CUDA when available).
+        dataset (`datasets.Dataset`):
+            With `prompt` (string or chat-message list) and `answer` columns, as [`dapo_trl.data.load_math_dataset`]
+            returns.
+        k (`int`, *optional*, defaults to `32`):
+            Samples per prompt.
+        backend (`str`, *optional*, defaults to `"auto"`):
+            `"transformers"` (`generate`), `"vllm"` (needs a path and CUDA) or `"auto"` (vLLM when importable with a
+            GPU and given a path, else transformers).
+        scorer (`Callable[[str, str], bool]`, *optional*):
+            `(completion, answer) -> correct`. Defaults to `dapo_trl.math_answer.score_completion`.
+        answer_extractor (`Callable[[str], str | None]`, *optional*):
+            Final answer of a completion, for maj@k. Defaults to `dapo_trl.math_answer.extract_answer`.
+        answer_equivalent (`Callable[[str, str], bool]`, *optional*):
+            Whether two extracted answers are the same vote. Defaults to `dapo_trl.math_answer.verify`.
+        tokenizer (`PreTrainedTokenizerBase`, *optional*):
+            Needed with a model object; loaded from the path otherwise.
+        use_chat_template (`bool`, *optional*):
+            Wrap plain-text prompts in a user message and apply the chat template. Defaults to whether the tokenizer
+            has one.
+        batch_size (`int`, *optional*, defaults to `8`):
+            Prompts per `generate` call (each with `k` samples).
+        return_samples (`bool`, *optional*, defaults to `False`):
+            Also return the completions, extracted answers and verdicts under `"samples"`.
+
+    Returns:
+        `dict[str, Any]`: `avg@k`, `pass@j` for j in [`pass_ks`], `maj@k`, `num_prompts`, `k`,
+        `mean_completion_chars`, `no_answer_frac`.
+    """
+    if backend not in ("auto", "transformers", "vllm"):
+        raise ValueError(f"backend must be 'auto', 'transformers' or 'vllm', got {backend!r}.")
+    for column in ("prompt", "answer"):
+        if column not in dataset.column_names:
+            raise ValueError(f"The dataset needs a {column!r} column; it has {dataset.column_names}.")
+    scorer = scorer or _verifier_scorer
+    answer_extractor = answer_extractor or _verifier_extract
+    answer_equivalent = answer_equivalent or _verifier_equivalent
+    if backend == "auto":
+        backend = "vllm" if isinstance(model_or_path, str) and _vllm_available() else "transformers"
+    if backend == "vllm" and not isinstance(model_or_path, str):
+        raise ValueError("backend='vllm' needs the path of a saved model, not a model object.")
+
+    if tokenizer is None:
+        if not isinstance(model_or_path, str):
+            raise ValueError("Pass tokenizer= together with a model object.")
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_or_path)
+    if use_chat_template is None:
+        use_chat_template = getattr(tokenizer, "chat_template", None) is not None
+    prompts = [
+        [{"role": "user", "content": p}] if use_chat_template and isinstance(p, str) else p for p in dataset["prompt"]
+    ]
+    answers = [str(a) for a in dataset["answer"]]
+
+    logger.info("Sampling %d x %d completions with %s.", len(prompts), k, backend)
+    if backend == "vllm":  # pragma: no cover - needs CUDA
+        completions = _sample_vllm(
+            model_or_path,
+            prompts,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+        )
+    else:
+        model = model_or_path
+        if isinstance(model, str):
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(model, dtype="auto")
+            if torch.cuda.is_available():
+                model = model.to("cuda")
+        completions = sample_completions(
+            model,
+            tokenizer,
+            prompts,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=batch_size,
+            seed=seed,
+            progress=progress,
+        )
+    correct = [[scorer(c, a) for c in group] for group, a in zip(completions, answers, strict=True)]
+    extracted = [[answer_extractor(c) for c in group] for group in completions]
+    votes = [cluster_answers(group, answer_equivalent) for group in extracted]
+    flat = [c for group in completions for c in group]
+    metrics: dict[str, Any] = {"num_prompts": len(prompts), "k": k, f"avg@{k}": avg_at_k(correct)}
+    for j in pass_ks(k):
+        metrics[f"pass@{j}"] = mean_pass_at_k(correct, j)
+    metrics[f"maj@{k}"] = maj_at_k(votes, correct)
+    metrics["mean_completion_chars"] = sum(len(c) for c in flat) / len(flat)
+    metrics["no_answer_frac"] = sum(a is None for group in extracted for a in group) / len(flat)
+    if return_samples:
+        metrics["samples"] = [
+            {"prompt": p, "answer": a, "completions": c, "extracted": e, "correct": r}
+            for p, a, c, e, r in zip(prompts, answers, completions, extracted, correct, strict=True)
+        ]
+    return metrics
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """
+    Command line: evaluate a saved checkpoint on a math dataset.
+
+    ```
+    python -m dapo_trl.evaluation --model PATH --dataset HuggingFaceH4/aime_2024 --split train --k 32 \\
+        --temperature 1.0 --top_p 0.7 --max_new_tokens 20480 --output metrics.json
+    ```
+    """
+    import argparse
+    import json
+
+    from .data import DATASET_FORMATS, load_math_dataset
+
+    parser = argparse.ArgumentParser(description="avg@k / pass@k / maj@k of a saved model on a math dataset.")
+    parser.add_argument("--model", required=True, help="Path of a saved model (or a Hub id).")
+    parser.add_argument("--dataset", required=True, help="Hub dataset id or local file/folder.")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--dataset_config", default=None)
+    parser.add_argument("--dataset_format", default="auto", choices=DATASET_FORMATS)
+    parser.add_argument("--prompt_column", default=None)
+    parser.add_argument("--answer_column", default=None)
+    parser.add_argument("--no_template", action="store_true", help="Use raw problems, without DAPO's template.")
+    parser.add_argument("--max_samples", type=int, default=None, help="Evaluate the first N prompts only.")
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top_p", type=float, default=0.7)
+    parser.add_argument("--max_new_tokens", type=int, default=1024)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", default="auto", choices=("auto", "transformers", "vllm"))
+    parser.add_argument(
+        "--chat", default="auto", choices=("auto", "yes", "no"), help="Apply the tokenizer's chat template."
+    )
+    parser.add_argument(
+        "--scorer", default="verifier", choices=("verifier", "exact"), help="Math verifier or exact match."
+    )
+    parser.add_argument("--output", default=None, help="Write the metrics (and samples) as JSON here.")
+    parser.add_argument("--save_samples", action="store_true", help="Include every completion in --output.")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    dataset = load_math_dataset(
+        args.dataset,
+        split=args.split,
+        config_name=args.dataset_config,
+        dataset_format=args.dataset_format,
+        prompt_column=args.prompt_column,
+        answer_column=args.answer_column,
+        apply_template=False if args.no_template else None,
+        max_samples=args.max_samples,
+    )
+    exact = args.scorer == "exact"
+    metrics = evaluate(
+        args.model,
+        dataset,
+        k=args.k,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        backend=args.backend,
+        scorer=exact_match_scorer if exact else None,
+        answer_extractor=extract_answer_line if exact else None,
+        answer_equivalent=(lambda a, b: _normalize(a) == _normalize(b)) if exact else None,
+        use_chat_template={"auto": None, "yes": True, "no": False}[args.chat],
+        batch_size=args.batch_size,
+        seed=args.seed,
+        return_samples=args.save_samples,
+    )
+    summary = {key: value for key, value in metrics.items() if key != "samples"}
+    print(json.dumps(summary, indent=2))
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(metrics, f, indent=2)
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
