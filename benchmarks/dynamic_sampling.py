@@ -297,7 +297,8 @@ def format_populations(args: argparse.Namespace) -> str:
 
 def format_results(results: dict[tuple[str, str], RunResult], p_start: dict[str, float]) -> str:
     lines = [
-        "| population | p | strategy | gen/trained | x floor (1/p) | rounds/step | max rounds | underfilled | stale |",
+        "| population | p (start) | strategy | gen/trained | x floor (1/p) | rounds/step | max rounds | underfilled "
+        "| stale |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for pop in POPULATIONS:

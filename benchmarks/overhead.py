@@ -47,7 +47,13 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from dapo_trl.dapo_config import DAPOConfig  # noqa: E402
 from dapo_trl.dapo_trainer import DAPOTrainer  # noqa: E402
-from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset, toy_reward, warmup_sft  # noqa: E402
+from dapo_trl.toy import (  # noqa: E402
+    build_char_tokenizer,
+    build_tiny_model,
+    make_math_dataset,
+    toy_reward,
+    warmup_sft,
+)
 
 TARGET_RATIO = 1.05
 KINDS = ("GRPO", "DAPO", "DAPO + dynamic sampling")

@@ -1,4 +1,4 @@
-"""The benchmark scripts run (`--quick`), print their tables, and the dynamic-sampling simulation matches the trainer."""
+"""The benchmarks run (`--quick`) and print their tables; the dynamic-sampling simulation matches the trainer."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_dynamic_sampling_quick_prints_every_row(dynamic_sampling_quick, capsys)
     ds, _ = dynamic_sampling_quick
     ds.main(["--quick", "--steps", "5"])
     out = capsys.readouterr().out
-    assert "| population | p | strategy | gen/trained | x floor (1/p) | rounds/step |" in out
+    assert "| population | p (start) | strategy | gen/trained | x floor (1/p) | rounds/step |" in out
     for pop in ds.POPULATIONS:
         assert f"| {pop.name} | Beta({pop.a:g}, {pop.b:g}) |" in out
         for strat in ds.STRATEGIES:
