@@ -1,4 +1,4 @@
-"""Sample efficiency of dynamic sampling's round sizing (DAPO §3.2), on simulated prompt populations.
+r"""Sample efficiency of dynamic sampling's round sizing (DAPO §3.2), on simulated prompt populations.
 
 Drives the real [`RoundPlanner`], [`plan_selection`], [`PromptStream`] and [`classify_groups`] through a loop that
 mirrors `DAPOTrainer._dynamic_sampling_batch` ([`sample_generation_batch`]), with the model replaced by a population
@@ -6,23 +6,25 @@ of prompts whose pass rates follow a Beta distribution. A group of `G` completio
 holds `Binomial(G, q)` correct answers, and is informative when it is neither all-correct nor all-wrong, so the
 population's informative rate is
 
-$$ p = 1 - \\mathbb{E}[q^G] - \\mathbb{E}[(1 - q)^G], \\qquad
-   \\mathbb{E}[q^G] = \\frac{B(a + G, b)}{B(a, b)} \\text{ for } q \\sim \\mathrm{Beta}(a, b). $$
+$$ p = 1 - \mathbb{E}[q^G] - \mathbb{E}[(1 - q)^G], \qquad
+   \mathbb{E}[q^G] = \frac{B(a + G, b)}{B(a, b)} \text{ for } q \sim \mathrm{Beta}(a, b). $$
 
 Training `T` groups needs at least `T / p` generated groups on average: the floor the table compares against.
 
 Strategies (one `RoundPlanner` each, fresh per population, same seed):
 
-| name            | round size                                     | surplus informative groups    |
-|-----------------|------------------------------------------------|-------------------------------|
-| fixed-3x        | `3 * target` every round (verl's gen batch)    | discarded                     |
-| deficit         | exactly the missing groups                     | none (a round never overshoots) |
-| adaptive        | from the estimated informative rate            | discarded                     |
-| adaptive+carry  | from the estimated informative rate            | carried to the next step (<= target) |
+| name           | round size                                  | surplus informative groups           |
+|----------------|---------------------------------------------|--------------------------------------|
+| fixed-3x       | `3 * target` every round (verl's gen batch) | discarded                            |
+| deficit        | exactly the missing groups                  | none (a round never overshoots)      |
+| adaptive       | from the estimated informative rate         | discarded                            |
+| adaptive+carry | from the estimated informative rate         | carried to the next step (<= target) |
 
 Columns: `gen/trained` (groups generated per group trained), `x floor` (that over the floor `1 / p`),
 `rounds/step` (mean generation rounds per optimizer batch), `underfilled` (share of batches that ran out of rounds
 before holding `target` groups), `stale` (share of trained groups that were carried, one policy version old).
+Exact-deficit refill wastes nothing either, so it sits on the floor too; what it pays is rounds (each one a full,
+sequential generation pass) and underfilled batches.
 
 `--drift D` lets the policy improve during training: every prompt's pass-rate logit grows linearly by `D` over the
 run, so the informative rate (and the floor, computed step by step) moves.
@@ -32,6 +34,7 @@ Launch:
 python benchmarks/dynamic_sampling.py                 # target 32 groups, 300 steps
 python benchmarks/dynamic_sampling.py --target 512    # the paper's 512 prompts per batch
 python benchmarks/dynamic_sampling.py --drift 2       # pass rates improve over training
+python benchmarks/dynamic_sampling.py --max-round-prompts 256   # round cap at 8x the target (default 4x)
 python benchmarks/dynamic_sampling.py --quick         # a few seconds
 ```
 """
