@@ -382,12 +382,15 @@ def _values(x: Scalar, v: Fraction) -> tuple[Fraction, ...]:
     return (v, v / 100) if x.percent else (v,)
 
 
+_SINGLE_TOKEN_GROUP = re.compile(r"([\^_])\{(\w|\\[a-zA-Z]+)\}")
+
+
 def fast_scalar_equal(gold: Scalar, pred: Scalar) -> bool | None:
     """Decides equality when strings or exact rationals suffice; `None` when it needs SymPy."""
     if gold.textual or pred.textual:
         return gold.text.lower() == pred.text.lower()
     gk, pk = gold.text.replace(" ", ""), pred.text.replace(" ", "")
-    if gk == pk:
+    if gk == pk or _SINGLE_TOKEN_GROUP.sub(r"\1\2", gk) == _SINGLE_TOKEN_GROUP.sub(r"\1\2", pk):  # e^{2} is e^2
         return True
     gv, pv = exact_number(gk), exact_number(pk)
     if gv is not None and pv is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+from fractions import Fraction
 from functools import lru_cache
 
 from .math_normalize import Scalar, compare, fast_scalar_equal, parse_answer
@@ -27,20 +28,30 @@ def _exact_decimals(latex: str) -> str:
 
 @lru_cache(maxsize=1)
 def _converters() -> tuple:
+    import sympy
+    from antlr4.atn.PredictionMode import PredictionMode
     from latex2sympy2_extended.latex2sympy2 import ConversionConfig, _Latex2Sympy
 
-    class _FastConverter(_Latex2Sympy):
+    class _Converter(_Latex2Sympy):
+        def parse_number(self, text):
+            # The parser's own path is sympy.Number(str), i.e. sympify: slow (~4 ms) and a string evaluator. The
+            # lexer only lets digits, commas, points and exponents through, which Fraction reads exactly.
+            try:
+                value = Fraction(text.replace(",", ""))
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"not a number: {text[:20]!r}") from None
+            return sympy.Rational(value.numerator, value.denominator)
+
+    class _FastConverter(_Converter):
         # ANTLR's two-stage strategy: the SLL prediction mode is ~7x faster than full LL and, when it parses at all,
         # builds the same tree; on a syntax error we retry with full LL (the default), as ANTLR's docs recommend.
         def create_parser(self, latex_str):
-            from antlr4.atn.PredictionMode import PredictionMode
-
             parser = super().create_parser(latex_str)
             parser._interp.predictionMode = PredictionMode.SLL
             return parser
 
     config = ConversionConfig(interpret_as_mixed_fractions=True, lowercase_symbols=False)
-    return (_FastConverter, _Latex2Sympy), config
+    return (_FastConverter, _Converter), config
 
 
 @lru_cache(maxsize=4096)
@@ -50,13 +61,22 @@ def _parse(latex: str):
     text = normalize_latex(
         _exact_decimals(latex), NormalizationConfig(basic_latex=True, malformed_operators=True, boxed="none")
     )
-    classes, config = _converters()
-    for converter in classes:
+    (fast, full), config = _converters()
+    # SLL mispredicts a bare letter under a superscript (`x^2`) as the start of a subscript; `{x}^2` is the same
+    # LaTeX and keeps the fast path.
+    for converter, source in ((fast, _BRACE_BASE.sub(_brace_base, text)), (full, text)):
         try:
-            return converter(config=config).parse(text)  # fresh each time: converters remember `x \approx 3` bindings
+            return converter(config=config).parse(source)  # fresh each time: converters remember `x \approx 3`
         except Exception:  # the parser signals every syntax problem with a bare Exception
             continue
     return None
+
+
+_BRACE_BASE = re.compile(r"(\\[a-zA-Z]+)|([a-df-zA-Z])(?=\s*\^)")  # commands are skipped; `e^x` stays exp(x)
+
+
+def _brace_base(m: re.Match) -> str:
+    return m.group(1) or "{" + m.group(2) + "}"
 
 
 def _variants(x: Scalar) -> tuple[str, ...]:
@@ -195,15 +215,28 @@ def symbolic_equivalent(gold: str, pred: str) -> bool:
     return compare(g, p, symbolic_scalar_equal) is True
 
 
+# Common answer shapes (token patterns, not values: the parser's caches key on token types).
 _WARM_UP = [
-    (r"\frac{1}{2}", r"\sqrt{x^2}"),
-    (r"(x+1)^2", r"x^2+2x+1"),
+    (r"\frac{1}{2}", r"\sqrt{t^2}"),
+    (r"(p+1)^2", r"p^2+2p+1"),
+    (r"3m^2-12", r"3(m-2)(m+2)"),
+    (r"u^3-u", r"u(u-1)(u+1)"),
+    (r"(s+t)^2", r"s^2+2st+t^2"),
+    (r"\frac{k(k+1)}{2}", r"\frac{k^2+k}{2}"),
+    (r"\frac{z^2-4}{z-2}", r"z+2"),
     (r"\frac{\sqrt{6}-\sqrt{2}}{4}", r"2\sqrt{3}+\pi"),
+    (r"\frac{\sqrt{5}}{5}", r"\frac{1}{\sqrt5}"),
+    (r"\frac{3\sqrt{2}}{2}", r"\sqrt[3]{4}"),
     (r"\log_2 8", r"\ln(x) - \sin^2 x \cdot \cos(2x)"),
+    (r"3\log 2", r"\log 8 + \ln e^2"),
+    (r"\sin\frac{\pi}{4}", r"\cos(\frac{\pi}{3}) + \tan^2\theta"),
     (r"a^{b^c}", r"e^{-3x} \tan\theta"),
     (r"y = 2x + 3", r"x^2 + y^2 \le 1"),
+    (r"3x^2+3y^2=3", r"p > 2"),
     (r"5!", r"\binom{5}{2} - |x - 1|"),
     (r"2\frac{1}{3}", r"\frac{3}{4}\pi r^3"),
+    (r"2^{m}+1", r"-1+2^{m-1}"),
+    (r"4+3i", r"\frac{1}{q+1}+(q+1)^{-1}"),
     (r"\sqrt[3]{2} \cdot 10^{-3}", r"\dfrac{-b + \sqrt{b^2 - 4ac}}{2a}"),
 ]
 
