@@ -61,15 +61,8 @@ from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 from . import _verify_pool
-from .math_normalize import (
-    MAX_ANSWER_CHARS,
-    clean,
-    compare,
-    fast_scalar_equal,
-    parse_answer,
-    sanitize,
-    strip_trailing_punctuation,
-)
+from .math_compare import compare, fast_scalar_equal
+from .math_normalize import MAX_ANSWER_CHARS, clean, parse_answer, sanitize, strip_trailing_punctuation
 
 DEFAULT_TIMEOUT_S = 3.0
 DEFAULT_NUM_WORKERS = max(1, min(4, os.cpu_count() or 1))

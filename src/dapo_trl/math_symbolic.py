@@ -13,7 +13,8 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-from .math_normalize import Scalar, compare, fast_scalar_equal, parse_answer
+from .math_compare import compare, fast_scalar_equal
+from .math_normalize import Scalar, parse_answer
 
 _DECIMAL = re.compile(r"(?<![\d.])(\d+)\.(\d+)(?![\d.])")
 _DIGITS = 50
