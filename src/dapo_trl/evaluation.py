@@ -36,9 +36,8 @@ def extract_answer_line(completion: str) -> str | None:
     matches = _ANSWER_LINE.findall(completion)
     if not matches:
         return None
-    answer = matches[-1].strip()
-    # "$42$" or "42." are common decorations of a plain answer
-    answer = answer.strip("$ ").rstrip(".")
+    # "$42$", "42." and "$42$." are common decorations of a plain answer
+    answer = matches[-1].strip().rstrip(".").strip("$ ").rstrip(".")
     return answer or None
 
 

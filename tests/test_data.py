@@ -1,0 +1,173 @@
+import json
+import logging
+
+import pytest
+from datasets import Dataset
+
+from dapo_trl.data import (
+    DAPO_PROMPT_TEMPLATE,
+    boxed_answer,
+    count_duplicate_prompts,
+    detect_format,
+    gsm8k_answer,
+    load_math_dataset,
+    prompt_text,
+)
+
+
+def _write_jsonl(path, rows):
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return str(path)
+
+
+def _dapo_row(i):
+    problem = f"What is {i} squared?"
+    return {
+        "data_source": "math_dapo",
+        "prompt": [{"role": "user", "content": DAPO_PROMPT_TEMPLATE.format(problem=problem)}],
+        "ability": "MATH",
+        "reward_model": {"ground_truth": str(i * i), "style": "rule-lighteval/MATH_v2"},
+        "extra_info": {"index": f"id-{i}"},
+    }
+
+
+@pytest.fixture
+def dapo_file(tmp_path):
+    # 3 distinct prompts, each repeated 4 times and interleaved, like the published file's repeats
+    rows = [_dapo_row(i) for _ in range(4) for i in (3, 5, 7)]
+    return _write_jsonl(tmp_path / "dapo.jsonl", rows)
+
+
+def test_dapo_math_dedupes_and_logs(dapo_file, caplog):
+    with caplog.at_level(logging.INFO, logger="dapo_trl.data"):
+        ds = load_math_dataset(dapo_file)
+    assert ds.column_names == ["prompt", "answer"]
+    assert ds["answer"] == ["9", "25", "49"]  # first occurrences, in order
+    # the prompt already carries DAPO's template: not wrapped twice
+    assert ds["prompt"][0] == DAPO_PROMPT_TEMPLATE.format(problem="What is 3 squared?")
+    assert ds["prompt"][0].count("Solve the following math problem") == 1
+    assert "Dropped 9 duplicate prompts of 12 rows (3 unique)" in caplog.text
+
+
+def test_dapo_math_keeps_duplicates_when_asked(dapo_file):
+    ds = load_math_dataset(dapo_file, dedupe=False)
+    assert len(ds) == 12
+    assert count_duplicate_prompts(ds) == 9
+
+
+def test_dapo_math_conversational(dapo_file):
+    ds = load_math_dataset(dapo_file, conversational=True, system_prompt="Think.")
+    messages = ds["prompt"][1]
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[0]["content"] == "Think."
+    assert "What is 5 squared?" in messages[1]["content"]
+
+
+def test_dapo_math_parquet(tmp_path):
+    path = tmp_path / "dapo.parquet"
+    Dataset.from_list([_dapo_row(i) for i in (2, 2, 4)]).to_parquet(str(path))
+    ds = load_math_dataset(str(path))
+    assert ds["answer"] == ["4", "16"]
+
+
+def test_gsm8k_answers_after_hashes(tmp_path):
+    rows = [
+        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
+        {"question": "A car costs 1200 per month for 1 month.", "answer": "It costs 1,200.\n#### 1,200"},
+        {"question": "No final answer here.", "answer": "It is unclear"},
+    ]
+    ds = load_math_dataset(_write_jsonl(tmp_path / "gsm8k.jsonl", rows))
+    assert ds["answer"] == ["7", "1200"]  # the row without #### is dropped
+    assert ds["prompt"][0] == DAPO_PROMPT_TEMPLATE.format(problem=rows[0]["question"])
+
+
+def test_math_boxed_solution(tmp_path):
+    rows = [
+        {"problem": "Compute 1/2.", "level": "Level 1", "solution": r"It is $\boxed{\frac{1}{2}}$."},
+        {"problem": "Solve x+1=3.", "level": "Level 2", "solution": r"First \boxed{1}, no: $x=\boxed{2}$."},
+    ]
+    ds = load_math_dataset(_write_jsonl(tmp_path / "math.jsonl", rows))
+    assert ds["answer"] == [r"\frac{1}{2}", "2"]
+    assert ds["prompt"][1].startswith("Solve the following math problem step by step.")
+
+
+def test_problem_answer_format_and_no_template(tmp_path):
+    rows = [{"id": 60, "problem": "Find the answer.", "answer": 204, "year": 2024}]
+    path = _write_jsonl(tmp_path / "aime.jsonl", rows)
+    ds = load_math_dataset(path)
+    assert ds["answer"] == ["204"]  # integers become strings
+    assert "Find the answer." in ds["prompt"][0] and ds["prompt"][0] != "Find the answer."
+    raw = load_math_dataset(path, apply_template=False)
+    assert raw["prompt"] == ["Find the answer."]
+
+
+def test_custom_columns_csv(tmp_path):
+    path = tmp_path / "custom.csv"
+    path.write_text("question_text,final\nHow many legs has a cat?,4\nAnd a bird?,2\n")
+    ds = load_math_dataset(str(path), prompt_column="question_text", answer_column="final", apply_template=True)
+    assert ds["answer"] == ["4", "2"]
+    assert ds["prompt"][0] == DAPO_PROMPT_TEMPLATE.format(problem="How many legs has a cat?")
+
+
+def test_nested_answer_column_and_keep_columns(tmp_path):
+    rows = [{"q": "1+1?", "meta": {"gold": "2"}, "source": "x"}]
+    path = _write_jsonl(tmp_path / "nested.jsonl", rows)
+    ds = load_math_dataset(path, prompt_column="q", answer_column="meta.gold", keep_columns=["source"])
+    assert ds[0] == {"prompt": "1+1?", "answer": "2", "source": "x"}
+
+
+def test_save_to_disk_folder(tmp_path):
+    Dataset.from_dict({"problem": ["p1", "p2"], "answer": ["1", "2"]}).save_to_disk(str(tmp_path / "saved"))
+    ds = load_math_dataset(str(tmp_path / "saved"), max_samples=1)
+    assert len(ds) == 1 and ds["answer"] == ["1"]
+
+
+def test_split_slicing_on_local_file(dapo_file):
+    ds = load_math_dataset(dapo_file, split="train[:6]")
+    assert len(ds) == 3 and count_duplicate_prompts(load_math_dataset(dapo_file, split="train[:6]", dedupe=False))
+
+
+def test_missing_column_error_names_the_columns(tmp_path):
+    path = _write_jsonl(tmp_path / "x.jsonl", [{"problem": "p", "answer": "1"}])
+    with pytest.raises(ValueError, match=r"no prompt column 'question'.*\['problem', 'answer'\]"):
+        load_math_dataset(path, prompt_column="question")
+
+
+def test_unknown_format_and_columns_errors(tmp_path):
+    path = _write_jsonl(tmp_path / "x.jsonl", [{"text": "p", "label": "1"}])
+    with pytest.raises(ValueError, match="Cannot tell the format"):
+        load_math_dataset(path)
+    with pytest.raises(ValueError, match="Unknown dataset_format"):
+        load_math_dataset(path, dataset_format="csv")
+    with pytest.raises(ValueError, match="Unsupported file type"):
+        bad = tmp_path / "data.txt"
+        bad.write_text("hello")
+        load_math_dataset(str(bad))
+    with pytest.raises(FileNotFoundError):
+        load_math_dataset(str(tmp_path / "missing.jsonl"))
+
+
+def test_detect_format():
+    assert detect_format(["prompt", "reward_model"]) == "dapo_math"
+    assert detect_format(["question", "answer"]) == "gsm8k"
+    assert detect_format(["problem", "solution", "answer"]) == "problem"
+    assert detect_format(["problem", "solution"]) == "math"
+    assert detect_format(["prompt", "answer"]) == "columns"
+
+
+def test_answer_helpers():
+    assert gsm8k_answer("x\n#### -3.5") == "-3.5"
+    assert gsm8k_answer("no hashes") is None
+    assert boxed_answer(r"\boxed{a{b}c} then \fbox{d}") == "d"
+    assert boxed_answer(r"\boxed{unclosed") is None
+    assert boxed_answer("nothing") is None
+    assert prompt_text([{"role": "user", "content": "hi"}]) == "hi"
+
+
+def test_count_duplicate_prompts_on_chat_lists():
+    chat = [{"role": "user", "content": "same"}]
+    ds = Dataset.from_dict({"prompt": [chat, chat, [{"role": "user", "content": "other"}]]})
+    assert count_duplicate_prompts(ds) == 1
+    assert count_duplicate_prompts(Dataset.from_dict({"prompt": ["a", "b"]})) == 0

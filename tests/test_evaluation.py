@@ -1,0 +1,186 @@
+import json
+import math
+
+import pytest
+from datasets import Dataset
+
+from dapo_trl.evaluation import (
+    avg_at_k,
+    cluster_answers,
+    evaluate,
+    exact_match_scorer,
+    extract_answer_line,
+    maj_at_k,
+    majority_vote,
+    mean_pass_at_k,
+    pass_at_k,
+    pass_ks,
+)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (5, 2, 1, 0.4),  # c / n
+        (5, 0, 3, 0.0),
+        (5, 3, 3, 1.0),  # n - c < k: every draw of 3 holds a correct one
+        (5, 5, 5, 1.0),
+        (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+        (10, 3, 5, 1 - math.comb(7, 5) / math.comb(10, 5)),  # 1 - 21/252
+    ],
+)
+def test_pass_at_k_hand_computed(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_matches_product_form_for_large_n():
+    n, c, k = 1000, 7, 32
+    product = 1 - math.prod(1 - k / i for i in range(n - c + 1, n + 1))
+    assert pass_at_k(n, c, k) == pytest.approx(product, rel=1e-9)
+
+
+def test_pass_at_k_is_monotone_in_k():
+    values = [pass_at_k(16, 3, k) for k in range(1, 17)]
+    assert values == sorted(values) and values[-1] == 1.0
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(5, 6, 1), (5, -1, 1), (5, 2, 0), (5, 2, 6)])
+def test_pass_at_k_rejects_bad_arguments(n, c, k):
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def test_mean_pass_at_k():
+    correct = [[True, False, False, False, False], [False] * 5]
+    assert mean_pass_at_k(correct, 1) == pytest.approx(0.1)
+    assert mean_pass_at_k([[True, True]], 2) == 1.0
+
+
+def test_avg_at_k_weighs_prompts_equally():
+    assert avg_at_k([[True, False], [True, True]]) == 0.75
+    # a prompt with 4 samples counts as much as one with 1
+    assert avg_at_k([[True, True, True, True], [False]]) == 0.5
+    with pytest.raises(ValueError):
+        avg_at_k([])
+    with pytest.raises(ValueError):
+        avg_at_k([[]])
+
+
+def test_majority_vote_ties_go_to_first_seen():
+    assert majority_vote(["3", "4", "4", "3"]) == 0
+    assert majority_vote(["4", "3", "3", "4"]) == 0
+    assert majority_vote(["1", "2", "2"]) == 1
+    assert majority_vote([None, None, "7"]) == 2  # None does not vote
+    assert majority_vote([None]) is None
+
+
+def test_maj_at_k():
+    answers = [["3", "4", "4"], ["1", None, "2"], ["5", "6", "5"], [None, None]]
+    correct = [[False, True, True], [True, False, False], [False, True, False], [False, False]]
+    # prompt 1: "4" wins (right); prompt 2: tie "1"/"2" -> "1" first (right); prompt 3: "5" wins (wrong); 4: no vote
+    assert maj_at_k(answers, correct) == 0.5
+    with pytest.raises(ValueError):
+        maj_at_k([["1"]], [[True, False]])
+
+
+def test_cluster_answers_merges_equivalents():
+    votes = cluster_answers(["0.5", "1/2", "2", None, "0.50"], lambda a, b: eval_fraction(a) == eval_fraction(b))
+    assert votes == ["0.5", "0.5", "2", None, "0.5"]
+    assert majority_vote(votes) == 0
+
+
+def eval_fraction(text):
+    num, _, den = text.partition("/")
+    return float(num) / float(den or 1)
+
+
+def test_answer_line_and_exact_scorer():
+    assert extract_answer_line("Rev: 58\nAnswer: 85") == "85"
+    assert extract_answer_line("Answer: 1\nAnswer: $2$.") == "2"
+    assert extract_answer_line("no answer") is None
+    assert exact_match_scorer("Answer: 007", "7")
+    assert exact_match_scorer("Answer: x + 1", "x+1")
+    assert not exact_match_scorer("Answer: 8", "7")
+    assert not exact_match_scorer("85", "85")
+
+
+def test_pass_ks():
+    assert pass_ks(1) == [1]
+    assert pass_ks(32) == [1, 2, 4, 8, 16, 32]
+    assert pass_ks(12) == [1, 2, 4, 8, 12]
+
+
+class _ScriptedModel:
+    """Stands in for a model: `sample_completions` is patched, so only `evaluate`'s bookkeeping runs."""
+
+
+def test_evaluate_metrics_with_patched_sampling(monkeypatch):
+    scripted = {
+        "p1": ["Answer: 1", "Answer: 1", "Answer: 2", "Answer: 9"],
+        "p2": ["Answer: 3", "no idea", "Answer: 4", "Answer: 4"],
+    }
+
+    def fake_sample(model, tokenizer, prompts, *, k, **kwargs):
+        assert k == 4 and kwargs["temperature"] == 1.0 and kwargs["top_p"] == 0.7
+        return [scripted[p] for p in prompts]
+
+    monkeypatch.setattr("dapo_trl.evaluation.sample_completions", fake_sample)
+
+    class Tok:
+        chat_template = None
+
+    ds = Dataset.from_dict({"prompt": ["p1", "p2"], "answer": ["1", "3"]})
+    m = evaluate(
+        _ScriptedModel(),
+        ds,
+        k=4,
+        tokenizer=Tok(),
+        scorer=exact_match_scorer,
+        answer_extractor=extract_answer_line,
+        answer_equivalent=lambda a, b: a == b,
+        return_samples=True,
+    )
+    assert m["avg@4"] == pytest.approx((2 / 4 + 1 / 4) / 2)
+    assert m["pass@1"] == pytest.approx(m["avg@4"])
+    assert m["pass@4"] == 1.0
+    assert m["pass@2"] == pytest.approx(((1 - 1 / 6) + (1 - 3 / 6)) / 2)
+    assert m["maj@4"] == pytest.approx(0.5)  # p1: "1" wins (right); p2: "4" wins (wrong)
+    assert m["no_answer_frac"] == pytest.approx(1 / 8)
+    assert m["samples"][1]["correct"] == [True, False, False, False]
+    json.dumps(m)  # serialisable for the CLI's --output
+
+
+def test_evaluate_rejects_bad_inputs():
+    ds = Dataset.from_dict({"prompt": ["p"], "answer": ["1"]})
+    with pytest.raises(ValueError, match="backend"):
+        evaluate(object(), ds, backend="tgi")
+    with pytest.raises(ValueError, match="tokenizer"):
+        evaluate(object(), ds, backend="transformers")
+    with pytest.raises(ValueError, match="'answer' column"):
+        evaluate(object(), Dataset.from_dict({"prompt": ["p"]}), backend="transformers")
+
+
+def test_cli_on_saved_checkpoint(tmp_path, capsys):
+    from dapo_trl.evaluation import main
+    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1)
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    data = tmp_path / "eval.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"What is {i}+1?", "answer": str(i + 1)}) + "\n" for i in range(3)))
+    out = tmp_path / "metrics.json"
+    main(
+        [
+            "--model", str(tmp_path / "ckpt"), "--dataset", str(data), "--no_template", "--k", "4",
+            "--max_new_tokens", "6", "--scorer", "exact", "--backend", "transformers",
+            "--output", str(out), "--save_samples",
+        ]
+    )  # fmt: skip
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads(out.read_text())
+    assert printed["num_prompts"] == 3 and printed["k"] == 4
+    assert set(printed) >= {"avg@4", "pass@1", "pass@2", "pass@4", "maj@4"}
+    assert len(saved["samples"]) == 3 and all(len(s["completions"]) == 4 for s in saved["samples"])
+    assert saved["samples"][0]["prompt"] == "What is 0+1?"
