@@ -375,7 +375,7 @@ class DAPOTrainer(GRPOTrainer):
         if template is None and self._carry is None:
             raise RuntimeError("Dynamic sampling could not draw any prompt from the training dataset.")
         plan, missing = self.plan_batch(num_carried=num_carried, num_fresh=num_fresh, target=target)
-        wanted = torch.tensor(sorted(plan.train + plan.carry), device=device)
+        wanted = _ids(plan.train + plan.carry, device)
         fresh = _batch.concat_rows(pieces, pad_token_id=self._tokenizer.pad_token_id)
         if fresh:
             fresh = _batch.select_rows(fresh, torch.isin(fresh["_group"], wanted))
@@ -391,11 +391,11 @@ class DAPOTrainer(GRPOTrainer):
         train = carry = {}
         if pool:
             pool = _batch.select_rows(pool, torch.argsort(pool["_group"], stable=True))
-            train = _batch.select_rows(pool, torch.isin(pool["_group"], torch.tensor(plan.train, device=device)))
-            carry = _batch.select_rows(pool, torch.isin(pool["_group"], torch.tensor(plan.carry, device=device)))
+            train = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
+            carry = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device)))
         if plan.carry:
             # Renumber carried groups 0..k-1 for the next step.
-            carry["_group"] = torch.searchsorted(torch.tensor(plan.carry, device=device), carry["_group"])
+            carry["_group"] = torch.searchsorted(_ids(plan.carry, device), carry["_group"])
             self._carry, self._carry_groups = carry, len(plan.carry)
         else:
             self._carry, self._carry_groups = None, 0
@@ -570,6 +570,10 @@ class DAPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
         self._carry_groups = int(state["carry_groups"])
+
+
+def _ids(groups: list[int], device) -> torch.Tensor:
+    return torch.tensor(sorted(groups), dtype=torch.long, device=device)
 
 
 def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
