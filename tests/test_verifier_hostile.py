@@ -191,14 +191,21 @@ def compare(gold, pred):
 """
 
 
-@pytest.fixture
-def slow_pool(tmp_path, monkeypatch):
-    (tmp_path / "planted_slow.py").write_text(PLANTED)
-    pool = VerifierPool(entry=("planted_slow", "compare"), python_path=str(tmp_path))
-    pool.warm_up(1)
-    monkeypatch.setattr(_verify_pool, "_POOL", pool)
+@pytest.fixture(scope="module")
+def planted_pool(tmp_path_factory):
+    path = tmp_path_factory.mktemp("planted")
+    (path / "planted_slow.py").write_text(PLANTED)
+    pool = VerifierPool(entry=("planted_slow", "compare"), python_path=str(path))
     yield pool
     pool.close()
+
+
+@pytest.fixture
+def slow_pool(planted_pool, monkeypatch):
+    planted_pool.warm_up(1)
+    planted_pool.timeouts = 0
+    monkeypatch.setattr(_verify_pool, "_POOL", planted_pool)
+    return planted_pool
 
 
 def _alive(pid: int) -> bool:
@@ -224,7 +231,7 @@ def _assert_pid_gone(pid: int, within_s: float = 5.0) -> None:
 
 @pytest.mark.parametrize("where", ["main thread", "worker thread"])
 def test_timeout_fires_on_a_planted_slow_comparator(slow_pool, where):
-    zygote, worker = slow_pool.pids()
+    zygote, *_, worker = slow_pool.pids()  # the idle worker that takes the next call
     results = []
 
     def call():
