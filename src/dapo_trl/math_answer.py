@@ -16,8 +16,10 @@ Extraction. The last *committed* answer counts, whichever of these comes last in
    `</think>` only the text after it is searched.
 
 Comparison strategy (`verify(gold, predicted)`), in order; any step that decides returns:
-    1. Guards. Answers longer than 1,000 characters, bracket nesting deeper than 12, more than 64 elements, and numbers
-       too large to compute exactly (power towers such as `9^{9^{9^9}}`, factorials above 800!) are wrong.
+    1. Guards. Answers longer than 1,000 characters, bracket nesting deeper than 12, more than 64 elements, and values
+       too large to compute exactly are wrong: numbers beyond 2,000 digits (`9^{9^{9^9}}`, `2^{10^6}`), exponents
+       above 10^5 or nested more than three deep, factorials above 800!, large binomials/Gamma, factorials of
+       factorials.
     2. Choice letters. A gold of `A`..`J` (also `(B)`, `\text{(B)}`) is a multiple-choice key: the prediction must name
        the same letter (`B`, `(B)`, `B)`, `(B) 12`, `\textbf{(B)}`; lower case only in parentheses).
     3. Decoration is removed from both sides: `$`, `\(`, `\[`, `\left`/`\right`, spacing commands, `\dfrac`/`\tfrac`
@@ -44,11 +46,17 @@ Comparison strategy (`verify(gold, predicted)`), in order; any step that decides
        positive one (`x > 3` = `3 < x`). A mixed number `2\frac12` is 5/2.
     9. Anything else, and any timeout, is wrong.
 
+Deliberately not equal (a careful grader would want the form the question asked for, or the reading is ambiguous):
+an inequality and the interval it describes (`x > 3` vs `(3, \infty)`), degrees and radians (`30^\circ` vs
+`\frac{\pi}{6}`), `i` as the imaginary unit (`e^{i\pi}` vs `-1`; `i` is a symbol, so `3+2i` = `2i+3` still holds),
+`0.333` vs `\frac13`, and a hedged answer (`2, 3` or `\pm 2` when the gold is `2`).
+
 Bounded time and no code execution: nothing calls `eval`, `sympify` or `parse_expr` on model text; LaTeX is parsed by
 latex2sympy2_extended's grammar. Steps 1-7 are linear-time string work in the calling thread (the common case: all
 DAPO-Math-17k gold answers are integers). Step 8 runs in a small persistent pool of worker processes
 (`dapo_trl._verify_pool`); a worker that misses the deadline is killed and replaced, so the bound holds from the main
-thread, from worker threads and from worker processes alike.
+thread, from worker threads and from worker processes alike. The first symbolic comparison in a process also waits,
+once, for the pool to start (about 2 s; [`warm_up`] does it ahead of time).
 """
 
 from __future__ import annotations
