@@ -81,12 +81,10 @@ class CurriculumDAPOTrainer(DAPOTrainer):
         solved = classify_groups(values.flatten(), values.size(1), correct_value=self.solved_reward).all_correct
         num_prompts = len(self.train_dataset)
         for index, all_correct in zip(prompt_indices, solved.tolist(), strict=True):
+            if index in self.retired:  # drawn twice in one round, across an epoch boundary, and retired by the first
+                continue
             self.streaks[index] = self.streaks.get(index, 0) + 1 if all_correct else 0
-            if (
-                self.streaks[index] >= self.retire_after
-                and index not in self.retired
-                and num_prompts - len(self.retired) > self.min_active_prompts
-            ):
+            if self.streaks[index] >= self.retire_after and num_prompts - len(self.retired) > self.min_active_prompts:
                 self.retired.add(index)
                 logger.debug(f"Curriculum: prompt {index} retired after {self.streaks[index]} all-correct groups.")
 
