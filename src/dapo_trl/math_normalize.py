@@ -39,6 +39,7 @@ Node = Scalar | Group
 
 # ---------------------------------------------------------------------------------------------------------- cleaning
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNICODE = str.maketrans(
     {
         "\u2212": "-", "\u2013": "-", "\u2014": "-", "\u00d7": r"\times ", "\u22c5": r"\cdot ", "\u00b7": r"\cdot ",
@@ -86,7 +87,7 @@ _THOUSANDS = re.compile(r"^\s*-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 def sanitize(text: str) -> str:
     """Drops control characters and lone surrogates, which no answer contains and which break encoders downstream."""
     text = _CONTROL.sub("", text)
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
+    if _SURROGATE.search(text):
         text = text.encode("utf-8", "replace").decode("utf-8")
     return text
 
