@@ -215,8 +215,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
     args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    hf_logging.set_verbosity_error()
-    logging.getLogger("dapo_trl").setLevel(logging.ERROR)  # underfilled-batch warnings of an untrained model
     start = time.perf_counter()
 
     tokenizer = build_char_tokenizer()
@@ -255,4 +253,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict]]:
 
 
 if __name__ == "__main__":
+    hf_logging.set_verbosity_error()
+    logging.getLogger("dapo_trl").setLevel(logging.ERROR)  # underfilled-batch warnings of an untrained model
     main()

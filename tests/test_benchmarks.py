@@ -127,6 +127,7 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
         overlong_shaping=False,
         dynamic_sampling_carry_over=True,
         dynamic_sampling_max_rounds=max_rounds,
+        dynamic_sampling_max_round_prompts=16,  # small rounds, so the script reaches every case below
     )
     trainer = ScriptedVerdicts(
         model=build_tiny_model(tokenizer, hidden_size=32, num_heads=2),
@@ -141,7 +142,7 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
     assert len(logged) == steps
 
     target = trainer._ds_target
-    planner = RoundPlanner(target, z=args.dynamic_sampling_margin)
+    planner = RoundPlanner(target, z=args.dynamic_sampling_margin, max_round_prompts=16)
     stream = PromptStream(len(dataset), seed=seed)
     verdicts = Verdicts(rate, seed)
     rounds: list[list[int]] = []

@@ -66,7 +66,7 @@ class DAPOConfig(GRPOConfig):
             round usually suffices), `"deficit"` (exactly the missing groups) or `"fixed"` (3x the batch every round,
             like verl).
         dynamic_sampling_max_round_prompts (`int`, *optional*):
-            Largest round, in prompts. Defaults to 4x the number of groups of the generation batch.
+            Largest round, in prompts. Defaults to 8x the number of groups of the generation batch.
         dynamic_sampling_margin (`float`, *optional*, defaults to `1.5`):
             Safety margin of the adaptive sizing, in binomial standard deviations: higher means fewer second rounds
             and more surplus groups.
@@ -144,7 +144,7 @@ class DAPOConfig(GRPOConfig):
     )
     dynamic_sampling_max_round_prompts: int | None = field(
         default=None,
-        metadata={"help": "Largest round in prompts. Defaults to 4x the groups of a generation batch."},
+        metadata={"help": "Largest round in prompts. Defaults to 8x the groups of a generation batch."},
     )
     dynamic_sampling_margin: float = field(
         default=1.5,
