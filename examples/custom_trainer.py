@@ -8,8 +8,8 @@ them:
 - after `retire_after` such rounds in a row the prompt is *retired* and `skip_prompt` passes over it from then on
   (a floor, `min_active_prompts`, keeps enough prompts in play to fill a batch);
 - `log_dynamic_sampling` adds `curriculum/retired_prompts` and `curriculum/active_prompts` to the trainer's metrics;
-- the curriculum state is saved in every checkpoint (`curriculum_state.json`) and restored on resume, next to
-  DAPOTrainer's own sampler state.
+- `sampler_state_dict` / `load_sampler_state_dict` add the curriculum to the sampler state DAPOTrainer saves in every
+  checkpoint (`dapo_sampler_state.pt`), so a resumed run retires exactly what the uninterrupted one would.
 
 The script builds everything locally with `dapo_trl.toy` (a character tokenizer, a ~0.1M-parameter Qwen2, easy
 addition problems), warms the model up with a few hundred supervised steps so that some groups are all-correct and
@@ -25,20 +25,16 @@ OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python examples/custom_trainer.py --max-steps
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
 
 import torch
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from dapo_trl import DAPOConfig, DAPOTrainer, classify_groups
+from dapo_trl import DAPOConfig, DAPOTrainer
 from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset, toy_reward, warmup_sft
 
 logger = logging.getLogger(__name__)
-
-CURRICULUM_STATE_NAME = "curriculum_state.json"
 
 
 class CurriculumDAPOTrainer(DAPOTrainer):
@@ -48,8 +44,6 @@ class CurriculumDAPOTrainer(DAPOTrainer):
     Args:
         retire_after (`int`, *optional*, defaults to `3`):
             All-correct groups in a row after which a prompt is retired (never drawn again by dynamic sampling).
-        solved_reward (`float`, *optional*, defaults to `1.0`):
-            Filter reward (see [`DAPOTrainer.filter_values`]) at or above which a completion counts as correct.
         min_active_prompts (`int`, *optional*):
             Retiring stops when it would leave fewer prompts than this in play. Defaults to two generation batches'
             worth of groups.
@@ -57,14 +51,11 @@ class CurriculumDAPOTrainer(DAPOTrainer):
             Passed to [`DAPOTrainer`] unchanged.
     """
 
-    def __init__(
-        self, *args, retire_after: int = 3, solved_reward: float = 1.0, min_active_prompts: int | None = None, **kwargs
-    ):
+    def __init__(self, *args, retire_after: int = 3, min_active_prompts: int | None = None, **kwargs):
         if retire_after < 1:
             raise ValueError(f"retire_after must be at least 1, got {retire_after}.")
         super().__init__(*args, **kwargs)
         self.retire_after = retire_after
-        self.solved_reward = solved_reward
         groups_per_batch = self.args.generation_batch_size // self.num_generations
         self.min_active_prompts = 2 * groups_per_batch if min_active_prompts is None else min_active_prompts
         self.streaks: dict[int, int] = {}  # prompt index -> all-correct groups in a row
@@ -75,51 +66,33 @@ class CurriculumDAPOTrainer(DAPOTrainer):
     def skip_prompt(self, index: int) -> bool:
         return index in self.retired
 
-    def on_groups_scored(self, prompt_indices: list[int], values: torch.Tensor, informative: torch.Tensor) -> None:
-        super().on_groups_scored(prompt_indices, values, informative)
+    def on_groups_scored(self, prompt_indices, values, informative, classification) -> None:
+        super().on_groups_scored(prompt_indices, values, informative, classification)
         # Same arguments on every process, so every process retires the same prompts.
-        solved = classify_groups(values.flatten(), values.size(1), correct_value=self.solved_reward).all_correct
         num_prompts = len(self.train_dataset)
-        for index, all_correct in zip(prompt_indices, solved.tolist(), strict=True):
+        for index, solved in zip(prompt_indices, classification.all_correct.tolist(), strict=True):
             if index in self.retired:  # drawn twice in one round, across an epoch boundary, and retired by the first
                 continue
-            self.streaks[index] = self.streaks.get(index, 0) + 1 if all_correct else 0
+            self.streaks[index] = self.streaks.get(index, 0) + 1 if solved else 0
             if self.streaks[index] >= self.retire_after and num_prompts - len(self.retired) > self.min_active_prompts:
                 self.retired.add(index)
                 logger.debug(f"Curriculum: prompt {index} retired after {self.streaks[index]} all-correct groups.")
 
     def log_dynamic_sampling(self, stats: dict[str, float]) -> None:
         super().log_dynamic_sampling(stats)
-        self._metrics["train"]["curriculum/retired_prompts"].append(float(len(self.retired)))
-        self._metrics["train"]["curriculum/active_prompts"].append(float(len(self.train_dataset) - len(self.retired)))
+        self.log_metric("curriculum/retired_prompts", len(self.retired))
+        self.log_metric("curriculum/active_prompts", len(self.train_dataset) - len(self.retired))
 
-    # Checkpoints ------------------------------------------------------------------------------------------------------
+    # Checkpoints: the curriculum rides along in the trainer's own sampler state ----------------------------------------
 
-    def curriculum_state_dict(self) -> dict:
-        return {"streaks": sorted(self.streaks.items()), "retired": sorted(self.retired)}
+    def sampler_state_dict(self) -> dict:
+        curriculum = {"streaks": sorted(self.streaks.items()), "retired": sorted(self.retired)}
+        return {**super().sampler_state_dict(), "curriculum": curriculum}
 
-    def load_curriculum_state_dict(self, state: dict) -> None:
-        self.streaks = {int(index): int(streak) for index, streak in state["streaks"]}
-        self.retired = {int(index) for index in state["retired"]}
-
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if not self.args.should_save:
-            return
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        with open(os.path.join(folder, CURRICULUM_STATE_NAME), "w") as f:
-            json.dump(self.curriculum_state_dict(), f)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        path = os.path.join(checkpoint, CURRICULUM_STATE_NAME)
-        if not os.path.exists(path):
-            logger.warning(f"{path} not found: the curriculum starts again with no prompt retired.")
-            return
-        with open(path) as f:
-            self.load_curriculum_state_dict(json.load(f))
+    def load_sampler_state_dict(self, state: dict) -> None:
+        super().load_sampler_state_dict(state)
+        self.streaks = {int(index): int(streak) for index, streak in state["curriculum"]["streaks"]}
+        self.retired = {int(index) for index in state["curriculum"]["retired"]}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,10 +1,10 @@
 """The curriculum subclass of examples/custom_trainer.py: behaviour changed through DAPOTrainer's extension points."""
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
+import torch
 from _tiny import KINDS, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -30,10 +30,10 @@ class RecordingCurriculum(example.CurriculumDAPOTrainer):
         super().__init__(*args, **kwargs)
         self.rounds: list[tuple[list[int], set[int]]] = []
 
-    def on_groups_scored(self, prompt_indices, values, informative):
+    def on_groups_scored(self, prompt_indices, values, informative, classification):
         # Retirements only happen in this hook, so the set before the call is the set `skip_prompt` saw at the draw.
         self.rounds.append((list(prompt_indices), set(self.retired)))
-        super().on_groups_scored(prompt_indices, values, informative)
+        super().on_groups_scored(prompt_indices, values, informative, classification)
 
 
 def make_trainer(output_dir, retire_after=RETIRE_AFTER, **overrides):
@@ -96,7 +96,7 @@ def test_curriculum_metric_is_logged(full_run):
 def test_curriculum_state_survives_resume(full_run, tmp_path):
     full, output_dir = full_run
     checkpoint = output_dir / "checkpoint-4"
-    saved = json.loads((checkpoint / example.CURRICULUM_STATE_NAME).read_text())
+    saved = torch.load(checkpoint / "dapo_sampler_state.pt", weights_only=True)["curriculum"]
     assert saved["retired"], "nothing retired at the checkpoint: the test would not show the restore"
     resumed = make_trainer(tmp_path, **RUN)
     resumed.train(resume_from_checkpoint=str(checkpoint))

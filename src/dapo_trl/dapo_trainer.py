@@ -33,7 +33,7 @@ from . import _batch
 from .dapo_config import DAPOConfig
 from .loss import trl_num_items_for_exact_normalizer, window_token_counts
 from .overlong import OverlongPenalty
-from .sampling import PromptStream, RoundPlanner, SelectionPlan, classify_groups, plan_selection
+from .sampling import GroupClassification, PromptStream, RoundPlanner, SelectionPlan, classify_groups, plan_selection
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +59,9 @@ class DAPOTrainer(GRPOTrainer):
       incorrect answers, `dynamic_sampling/*`, `overlong/*`.
 
     Subclasses can change behaviour through these extension points, each documented below: [`filter_values`],
-    [`select_informative_groups`], [`skip_prompt`], [`on_groups_scored`], [`plan_batch`], [`build_overlong_penalty`]
-    and [`log_dynamic_sampling`].
+    [`select_informative_groups`], [`skip_prompt`], [`on_groups_scored`], [`plan_batch`], [`build_overlong_penalty`],
+    [`log_dynamic_sampling`] and [`sampler_state_dict`] / [`load_sampler_state_dict`]; [`correct_value`] and
+    [`log_metric`] help them.
 
     Args:
         Same as [`~trl.GRPOTrainer`]. `args` may be a [`DAPOConfig`] or a plain [`~trl.GRPOConfig`]; the latter is
@@ -247,21 +248,69 @@ class DAPOTrainer(GRPOTrainer):
 
     def skip_prompt(self, index: int) -> bool:
         """
-        Extension point: return `True` to pass over training prompt `index` when drawing refill prompts (e.g. a
-        curriculum retiring prompts that are always solved). Must give the same answer on every process. Default:
-        never skip.
+        Extension point: return `True` to pass over training prompt `index` when the prompt stream draws it (e.g. a
+        curriculum retiring prompts that are always solved).
+
+        Applies to every prompt dynamic sampling draws (first rounds and refills); with `dynamic_sampling=False`, TRL's
+        own sampler picks prompts and this is not called. Must give the same answer on every process. If a whole epoch
+        of prompts is skipped, the batch comes out underfilled (see `dynamic_sampling_on_exhausted`). Default: never.
         """
         return False
 
-    def on_groups_scored(self, prompt_indices: list[int], values: torch.Tensor, informative: torch.Tensor) -> None:
+    def on_groups_scored(
+        self,
+        prompt_indices: list[int],
+        values: torch.Tensor,
+        informative: torch.Tensor,
+        classification: GroupClassification,
+    ) -> None:
         """
-        Extension point called after each training round is scored, on every process with identical arguments.
+        Extension point called after each training round of dynamic sampling is scored, on every process with identical
+        arguments (not called with `dynamic_sampling=False`, nor in evaluation).
 
         Args:
-            prompt_indices (`list[int]`): dataset index of each group's prompt, in round order.
+            prompt_indices (`list[int]`):
+                Dataset index of each group's prompt, in round order. An index can appear twice in one round when the
+                round crosses an epoch boundary.
             values (`torch.Tensor` of shape `(num_groups, G)`): [`filter_values`] per group.
             informative (`torch.Tensor` of shape `(num_groups,)`): [`select_informative_groups`]'s verdict.
+            classification ([`GroupClassification`]):
+                All-correct / all-wrong / informative split of the groups by [`classify_groups`] (all-correct means
+                every value reached [`correct_value`]).
         """
+
+    @property
+    def correct_value(self) -> float | None:
+        """
+        Reward of a correct answer under the filter reward (its `correct_reward` attribute, e.g. 1.0 for
+        [`MathVerifierReward`]), or `None` when unknown. Decides all-correct groups and the accuracy metrics.
+        """
+        return self._correct_value
+
+    def log_metric(self, name: str, value: float) -> None:
+        """Record a scalar under `name`, averaged over the logging interval like TRL's metrics (train or eval)."""
+        self._metrics["train" if self.model.training else "eval"][name].append(float(value))
+
+    def sampler_state_dict(self) -> dict:
+        """
+        Extension point: the dynamic-sampling state saved with each checkpoint (in `dapo_sampler_state.pt`, loaded back
+        by [`load_sampler_state_dict`]). Subclasses add their own entries: `{**super().sampler_state_dict(), ...}`;
+        values must be tensors, numbers, strings or containers of them (it is read with `weights_only=True`).
+        """
+        return {
+            "stream": self._stream.state_dict(),
+            "planner": self._planner.state_dict(),
+            "carry": {k: v.cpu() for k, v in self._carry.items()} if self._carry else None,
+            "carry_groups": self._carry_groups,
+        }
+
+    def load_sampler_state_dict(self, state: dict) -> None:
+        """Extension point: restore what [`sampler_state_dict`] saved (call `super()` first in subclasses)."""
+        self._stream.load_state_dict(state["stream"])
+        self._planner.load_state_dict(state["planner"])
+        device = self.accelerator.device
+        self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
+        self._carry_groups = int(state["carry_groups"])
 
     def plan_batch(self, *, num_carried: int, num_fresh: int, target: int) -> tuple[SelectionPlan, int]:
         """
@@ -284,7 +333,7 @@ class DAPOTrainer(GRPOTrainer):
         `dynamic_sampling/<name>`, averaged over the logging interval like every TRL metric.
         """
         for key, value in stats.items():
-            self._metrics["train"][f"dynamic_sampling/{key}"].append(float(value))
+            self.log_metric(f"dynamic_sampling/{key}", value)
 
     # ------------------------------------------------------------------ rewards
 
@@ -297,16 +346,15 @@ class DAPOTrainer(GRPOTrainer):
     def _log_length_by_correctness(self, rewards_per_func: torch.Tensor, completion_ids_list) -> None:
         if self._correct_value is None:
             return
-        mode = "train" if self.model.training else "eval"
         device = rewards_per_func.device
         lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=device, dtype=torch.float32)
         lengths = self.accelerator.gather(lengths)  # (N,)
         correct = self.filter_values(rewards_per_func) >= self._correct_value
-        self._metrics[mode]["accuracy"].append(correct.float().mean().item())
+        self.log_metric("accuracy", correct.float().mean().item())
         for name, rows in (("correct", correct), ("incorrect", ~correct)):
             if rows.any():
-                self._metrics[mode][f"completions/{name}_mean_length"].append(lengths[rows].mean().item())
-                self._metrics[mode][f"completions/{name}_max_length"].append(lengths[rows].max().item())
+                self.log_metric(f"completions/{name}_mean_length", lengths[rows].mean().item())
+                self.log_metric(f"completions/{name}_max_length", lengths[rows].max().item())
 
     # ------------------------------------------------------------------ dynamic sampling
 
@@ -345,10 +393,10 @@ class DAPOTrainer(GRPOTrainer):
             rewards_per_func = self._last_rewards_per_func  # (n G, F), gathered
             values = self.filter_values(rewards_per_func).view(-1, G)  # (n, G)
             informative = self.select_informative_groups(values).to(device)  # (n,)
-            self.on_groups_scored(indices, values, informative)
             classes = classify_groups(
                 values.flatten(), G, tolerance=args.dynamic_sampling_tolerance, correct_value=self._correct_value
             )
+            self.on_groups_scored(indices, values, informative, classes)
             self._planner.update(len(indices), int(informative.sum()))
             generated += len(indices)
             all_correct += int(classes.all_correct.sum())
@@ -526,7 +574,6 @@ class DAPOTrainer(GRPOTrainer):
 
     def _log_token_probs(self, inputs: dict, logps: torch.Tensor) -> None:
         """The paper's monitors (§3.1): mean probability of sampled tokens and of tokens cut by the upper clip."""
-        mode = "train" if self.model.training else "eval"
         mask = _batch.loss_mask(inputs).float()  # (B, T)
         old = inputs.get("old_per_token_logps")
         old = logps if old is None else old  # (B, T)
@@ -536,9 +583,9 @@ class DAPOTrainer(GRPOTrainer):
         old_probs = torch.exp(old)
         sums = torch.stack([(torch.exp(logps) * mask).sum(), mask.sum(), (old_probs * high).sum(), high.sum()])
         sums = self.accelerator.reduce(sums, reduction="sum")
-        self._metrics[mode]["token_prob/mean"].append((sums[0] / sums[1].clamp(min=1)).item())
+        self.log_metric("token_prob/mean", (sums[0] / sums[1].clamp(min=1)).item())
         if sums[3] > 0:
-            self._metrics[mode]["token_prob/high_clipped_mean"].append((sums[2] / sums[3]).item())
+            self.log_metric("token_prob/high_clipped_mean", (sums[2] / sums[3]).item())
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -547,14 +594,7 @@ class DAPOTrainer(GRPOTrainer):
         if not self.args.dynamic_sampling or not hasattr(self, "_stream") or not self.args.should_save:
             return
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        carry = {k: v.cpu() for k, v in self._carry.items()} if self._carry else None
-        state = {
-            "stream": self._stream.state_dict(),
-            "planner": self._planner.state_dict(),
-            "carry": carry,
-            "carry_groups": self._carry_groups,
-        }
-        torch.save(state, os.path.join(folder, SAMPLER_STATE_NAME))
+        torch.save(self.sampler_state_dict(), os.path.join(folder, SAMPLER_STATE_NAME))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -564,12 +604,7 @@ class DAPOTrainer(GRPOTrainer):
         if not os.path.exists(path):
             logger.warning(f"{path} not found: dynamic sampling restarts its prompt stream from the beginning.")
             return
-        state = torch.load(path, weights_only=True)
-        self._stream.load_state_dict(state["stream"])
-        self._planner.load_state_dict(state["planner"])
-        device = self.accelerator.device
-        self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
-        self._carry_groups = int(state["carry_groups"])
+        self.load_sampler_state_dict(torch.load(path, weights_only=True))
 
 
 def _ids(groups: list[int], device) -> torch.Tensor:
