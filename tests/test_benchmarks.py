@@ -105,7 +105,7 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
         def select_informative_groups(self, values):
             return self.verdicts(values.size(0))
 
-        def on_groups_scored(self, prompt_indices, values, informative):
+        def on_groups_scored(self, prompt_indices, values, informative, classification):
             self.rounds.append(list(prompt_indices))
 
     tokenizer = build_char_tokenizer()
