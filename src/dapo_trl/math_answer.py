@@ -81,6 +81,7 @@ _ANCHOR = re.compile(
     r"|^####[ \t]",
     re.IGNORECASE | re.MULTILINE,
 )
+_BRACE = re.compile(r"[{}]")
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
 _BOX_SEPARATOR = re.compile(r"^(?:[\s$,;.]|\\\]|\\\[|\\\)|\\\(|\band\b|\bor\b|\\text\{\s*(?:and|or)\s*\}|\\quad)*$")
 _MATH_SPAN = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
@@ -93,39 +94,37 @@ _GOLD_CHOICE = re.compile(r"^\(?([A-J])\)?$")
 _PRED_CHOICE = re.compile(r"^(?:\(([A-Ja-j])\)|([A-J])(?:\)|[.:]|\s|$))")
 
 
-def _match_brace(text: str, open_index: int) -> int | None:
+def _match_brace(text: str, open_index: int, stop: int) -> int | None:
     depth = 0
-    for i in range(open_index, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
+    for m in _BRACE.finditer(text, open_index, stop):
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return m.start()
     return None
 
 
-def _box_at(text: str, start: int) -> tuple[str, int] | None:
-    """Content and end index of the box whose command starts at `start`; `None` if it is unclosed."""
+def _box_at(text: str, start: int, stop: int) -> tuple[str, int] | None:
+    """Content and end index of the box whose command starts at `start` and closes before `stop`, else `None`."""
     i = start + (6 if text.startswith("\\boxed", start) else 5)
     while i < len(text) and text[i] in " \t":
         i += 1
     if i < len(text) and text[i] == "{":
-        end = _match_brace(text, i)
+        end = _match_brace(text, i, stop)
         return None if end is None else (text[i + 1 : end].strip(), end + 1)
-    m = re.match(r"[^\s$]+", text[i : i + 100])  # "\boxed 5"
+    m = re.match(r"[^\s$]+", text[i : min(i + 100, stop)])  # "\boxed 5"
     return (m.group(), i + m.end()) if m else None
 
 
 def _last_boxed(text: str, start: int) -> str | None:
-    box = _box_at(text, start)
+    box = _box_at(text, start, len(text))
     if box is None or not box[0]:
         return None
     parts, end = [box[0]], start
     for _ in range(8):  # earlier boxes that are part of the same multi-part answer
         prev = max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))
-        found = _box_at(text, prev) if prev >= 0 else None
-        if found is None or found[1] > end or not _BOX_SEPARATOR.match(text[found[1] : end][:40] + " "):
+        found = _box_at(text, prev, end) if prev >= 0 else None
+        gap = text[found[1] : end] if found is not None else ""
+        if found is None or len(gap) > 40 or not _BOX_SEPARATOR.match(gap):
             break
         if found[0] != parts[0]:
             parts.insert(0, found[0])
