@@ -30,6 +30,7 @@ def _exact_decimals(latex: str) -> str:
 @lru_cache(maxsize=1)
 def _converters() -> tuple:
     import sympy
+    from antlr4 import Token
     from antlr4.atn.PredictionMode import PredictionMode
     from latex2sympy2_extended.latex2sympy2 import ConversionConfig, _Latex2Sympy
 
@@ -51,6 +52,16 @@ def _converters() -> tuple:
             parser._interp.predictionMode = PredictionMode.SLL
             return parser
 
+        def parse_relation(self, latex_str):
+            # The grammar's top rule chooses between sets, tuples and relations by looking at the whole input, so its
+            # prediction tables never generalise from one answer to the next. Our scalars are never sets (the
+            # structure was split off before), so we enter at `relation`, whose decisions look a token or two ahead.
+            parser = self.create_parser(latex_str)
+            tree = parser.relation(0)
+            if parser.getCurrentToken().type != Token.EOF:
+                raise ValueError("trailing input")
+            return self.convert_relation(tree)
+
     config = ConversionConfig(interpret_as_mixed_fractions=True, lowercase_symbols=False)
     return (_FastConverter, _Converter), config
 
@@ -64,10 +75,16 @@ def _parse(latex: str):
     )
     (fast, full), config = _converters()
     # SLL mispredicts a bare letter under a superscript (`x^2`) as the start of a subscript; `{x}^2` is the same
-    # LaTeX and keeps the fast path.
-    for converter, source in ((fast, _BRACE_BASE.sub(_brace_base, text)), (full, text)):
+    # LaTeX and keeps the fast path. Converters are created per parse: they remember `x \approx 3` bindings.
+    braced = _BRACE_BASE.sub(_brace_base, text)
+    attempts = (
+        lambda: fast(config=config).parse_relation(braced),
+        lambda: fast(config=config).parse(braced),
+        lambda: full(config=config).parse(text),
+    )
+    for attempt in attempts:
         try:
-            return converter(config=config).parse(source)  # fresh each time: converters remember `x \approx 3`
+            return attempt()
         except Exception:  # the parser signals every syntax problem with a bare Exception
             continue
     return None
