@@ -41,9 +41,9 @@ Comparison strategy (`verify(gold, predicted)`), in order; any step that decides
     8. Symbolic, in a worker process with a hard deadline: both sides are parsed by latex2sympy2_extended with
        decimals made exact, then equal if SymPy says so structurally, if constants agree to 35 significant digits (so
        `\sqrt{8}` = `2\sqrt2` but `1.414` != `\sqrt2`: a decimal approximation of an irrational value is wrong), if
-       expressions in up to 8 variables agree at six random rational points (`(x+1)^2` = `x^2+2x+1`), or else if
-       `simplify(a - b) == 0`. Equations are equal up to a non-zero factor (`2x+2y=2` = `x+y=1`), inequalities up to a
-       positive one (`x > 3` = `3 < x`). A mixed number `2\frac12` is 5/2.
+       expressions in up to 8 variables agree at four random rational points with alternating signs (`(x+1)^2` =
+       `x^2+2x+1`, `|x|` != `x`), or else if `simplify(a - b) == 0`. Equations are equal up to a non-zero factor
+       (`2x+2y=2` = `x+y=1`), inequalities up to a positive one (`x > 3` = `3 < x`). A mixed number `2\frac12` is 5/2.
     9. Anything else, and any timeout, is wrong.
 
 Deliberately not equal (a careful grader would want the form the question asked for, or the reading is ambiguous):

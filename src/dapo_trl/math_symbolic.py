@@ -20,6 +20,7 @@ _DECIMAL = re.compile(r"(?<![\d.])(\d+)\.(\d+)(?![\d.])")
 _DIGITS = 50
 _TOLERANCE = 1e-35  # relative; inputs are exact (decimals become fractions), so only true equality gets this close
 _POINTS = 6
+_AGREEMENTS = 4  # points that must agree (all evaluated ones, until this many) to call two expressions equal
 
 
 def _exact_decimals(latex: str) -> str:
@@ -162,11 +163,15 @@ def _as_zero_form(rel) -> tuple[object, str]:
 def _points(symbols: list) -> list[dict]:
     import sympy
 
-    # Seeded so a verdict never changes between runs; small non-integers avoid poles at 0, 1, -1 and overflow.
+    # Seeded so a verdict never changes between runs. Magnitudes are random non-integers away from 0 (no removable
+    # singularities, no overflow); signs alternate between consecutive points, so `|x|` and `x` always disagree early.
     rng = random.Random(0)
     return [
-        {s: sympy.Rational(rng.randint(-270, 270) or 1, rng.choice((7, 11, 13, 17))) for s in symbols}
-        for _ in range(_POINTS)
+        {
+            s: (-1) ** (k + j) * sympy.Rational(rng.randint(1, 270), rng.choice((7, 11, 13, 17)))
+            for j, s in enumerate(symbols)
+        }
+        for k in range(_POINTS)
     ]
 
 
@@ -202,11 +207,14 @@ def _expr_equal(a, b) -> bool:
             return verdict
     elif len(symbols) <= 8:
         # Polynomial identity testing: distinct expressions agree at a few random rationals with probability ~0.
-        verdicts = [_same_value(a, b, point) for point in _points(symbols)]
-        if False in verdicts:
-            return False
-        if verdicts.count(True) >= 3:
-            return True
+        agree = 0
+        for point in _points(symbols):
+            verdict = _same_value(a, b, point)
+            if verdict is False:
+                return False
+            agree += verdict is True
+            if agree == _AGREEMENTS:
+                return True
     return sympy.simplify(a - b) == 0
 
 
@@ -241,6 +249,12 @@ _WARM_UP = [
     (r"\frac{k(k+1)}{2}", r"\frac{k^2+k}{2}"),
     (r"\frac{\sqrt{6}-\sqrt{2}}{4}", r"2\sqrt{3}+\pi"),
     (r"\log_2 8", r"\ln(x) - \sin^2 x \cdot \cos(2x)"),
+    (r"\ln e^2", r"2\log 5 - \log 25"),
+    (r"\ln t", r"\sin^2 t + \cos^2 t"),
+    (r"|t|", r"\sqrt{(t-1)^2}"),
+    (r"\frac{\pi}{3}", r"\frac{2}{3}\pi"),
+    (r"f(t) = 2t - 1", r"(2t+3)(t-1)"),
+    (r"\sqrt{9}", r"3^{-2}"),
     (r"\sin\frac{\pi}{4}", r"\cos(\frac{\pi}{3}) + \tan^2\theta"),
     (r"a^{b^c}", r"e^{-3x} \tan\theta"),
     (r"y = 2x + 3", r"x^2 + y^2 \le 1"),
