@@ -11,6 +11,11 @@ Two workloads:
 
 Caches are cleared (and the worker pool restarted) before each timed pass, so repeated answers are not free.
 
+Reading the numbers: the suite was written alongside the verifier's comparison policy, so our accuracy on it is
+in-sample. math-verify is scored exactly as TRL calls it, with LaTeX-only extraction: a plain `Answer: 34` line (DAPO's
+format) is not extracted, which accounts for many of its false negatives; others are policy differences (choice letters,
+percentages, `x = 3` vs `3`).
+
 Usage:
     python benchmarks/verifier.py                 # full run
     python benchmarks/verifier.py --dapo-batch 1024 --workers 2
