@@ -74,7 +74,15 @@ def _parse(latex: str):
     text = normalize_latex(
         _exact_decimals(latex), NormalizationConfig(basic_latex=True, malformed_operators=True, boxed="none")
     )
-    (fast, full), config = _converters()
+    try:
+        (fast, full), config = _converters()
+    except (ImportError, AttributeError):  # latex2sympy2_extended internals moved: its public entry point still works
+        from latex2sympy2_extended import latex2sympy
+
+        try:
+            return latex2sympy(_exact_decimals(latex))
+        except Exception:
+            return None
     # SLL mispredicts a bare letter under a superscript (`x^2`) as the start of a subscript; `{x}^2` is the same
     # LaTeX and keeps the fast path. Converters are created per parse: they remember `x \approx 3` bindings.
     braced = _BRACE_BASE.sub(_brace_base, text)
