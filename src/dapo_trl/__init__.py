@@ -3,7 +3,8 @@
 Public API (what `__all__` lists is what users may rely on; modules and names starting with `_` are private):
 
 - [`DAPOConfig`], [`DAPOTrainer`]: the trainer and its configuration.
-- [`MathVerifierReward`], [`extract_answer`], [`verify`]: the rule-based math reward and its pure pieces.
+- [`MathVerifierReward`], [`extract_answer`], [`verify`], [`verify_batch`], [`score_completion`]: the rule-based math
+  reward and its pure pieces.
 - [`OverlongPenalty`], [`soft_overlong_penalty`], [`is_truncated`]: overlong reward shaping (Eq. 13).
 - [`classify_groups`], [`RoundPlanner`], [`plan_selection`], [`PromptStream`], [`SelectionPlan`]: dynamic sampling
   decisions, for subclasses that override the trainer's extension points.
@@ -27,6 +28,8 @@ _EXPORTS = {
     "MathVerifierReward": "rewards",
     "extract_answer": "math_answer",
     "verify": "math_answer",
+    "verify_batch": "math_answer",
+    "score_completion": "math_answer",
     "OverlongPenalty": "overlong",
     "soft_overlong_penalty": "overlong",
     "is_truncated": "overlong",
@@ -61,7 +64,9 @@ __all__ = [
     "sequence_level_mean",
     "soft_overlong_penalty",
     "token_level_mean",
+    "score_completion",
     "verify",
+    "verify_batch",
 ]
 
 
@@ -81,7 +86,7 @@ if TYPE_CHECKING:
     from .dapo_config import DAPOConfig
     from .dapo_trainer import DAPOTrainer
     from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
-    from .math_answer import extract_answer, verify
+    from .math_answer import extract_answer, score_completion, verify, verify_batch
     from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
     from .rewards import MathVerifierReward
     from .sampling import (
