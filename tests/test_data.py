@@ -171,3 +171,27 @@ def test_count_duplicate_prompts_on_chat_lists():
     ds = Dataset.from_dict({"prompt": [chat, chat, [{"role": "user", "content": "other"}]]})
     assert count_duplicate_prompts(ds) == 1
     assert count_duplicate_prompts(Dataset.from_dict({"prompt": ["a", "b"]})) == 0
+
+
+def test_hub_ids_use_known_formats_and_configs(monkeypatch):
+    calls = []
+    tables = {
+        "openai/gsm8k": {"question": ["q"], "answer": ["work\n#### 12"]},
+        "HuggingFaceH4/aime_2024": {"problem": ["p"], "solution": ["s"], "answer": ["33"]},
+        "BytedTsinghua-SIA/DAPO-Math-17k": {
+            "prompt": [[{"role": "user", "content": "templated"}]] * 2,
+            "reward_model": [{"ground_truth": "5", "style": "rule"}] * 2,
+        },
+    }
+
+    def fake_load_dataset(name, config=None, split=None, **kwargs):
+        calls.append((name, config, split))
+        return Dataset.from_dict(tables[name])
+
+    monkeypatch.setattr("datasets.load_dataset", fake_load_dataset)
+    gsm = load_math_dataset("openai/gsm8k", split="test")
+    assert calls[-1] == ("openai/gsm8k", "main", "test") and gsm["answer"] == ["12"]
+    aime = load_math_dataset("HuggingFaceH4/aime_2024")
+    assert aime["answer"] == ["33"] and aime["prompt"][0] == DAPO_PROMPT_TEMPLATE.format(problem="p")
+    dapo = load_math_dataset("BytedTsinghua-SIA/DAPO-Math-17k")
+    assert len(dapo) == 1 and dapo["prompt"] == ["templated"] and dapo["answer"] == ["5"]
