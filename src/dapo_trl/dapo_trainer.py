@@ -413,11 +413,13 @@ class DAPOTrainer(GRPOTrainer):
             out["_group"] = group_ids[local_groups]
             out["_value"] = values.flatten()[rank * per_process : (rank + 1) * per_process]
             out["_reward"] = total[rank * per_process : (rank + 1) * per_process]
+            piece = _batch.select_rows(out, keep)
             if args.dynamic_sampling_carry_over and "old_per_token_logps" not in out:
                 # Carried rows must keep the sampling policy's log-probabilities (their ratio is taken against it), so
-                # compute them now, before the policy moves, for every kept row.
-                out["old_per_token_logps"] = self._sampling_logps(out)
-            pieces.append(_batch.select_rows(out, keep))
+                # compute them now, before the policy moves, for the kept rows only.
+                piece["old_per_token_logps"] = self._sampling_logps(piece)
+                out["old_per_token_logps"] = torch.zeros_like(out["completion_mask"], dtype=torch.float32)  # shapes
+            pieces.append(piece)
             num_fresh += int(informative.sum())
 
         if template is None and self._carry is None:
@@ -496,6 +498,8 @@ class DAPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _sampling_logps(self, batch: dict) -> torch.Tensor:
+        if batch["completion_ids"].size(0) == 0:
+            return torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         logps, _, _ = self._get_per_token_logps_and_entropies(
