@@ -312,9 +312,9 @@ def warmup_sft(
     tokenizer: Any,
     dataset: Any,
     *,
-    steps: int = 1500,
+    steps: int = 1200,
     lr: float = 3e-3,
-    batch_size: int = 64,
+    batch_size: int = 32,
     seed: int = 0,
     warmup_steps: int = 50,
     min_lr_ratio: float = 0.1,
@@ -334,9 +334,9 @@ def warmup_sft(
         tokenizer (`PreTrainedTokenizerBase`):
         dataset (`datasets.Dataset`):
             With `prompt` and `target` columns (see [`make_math_dataset`]).
-        steps (`int`, *optional*, defaults to `1500`):
+        steps (`int`, *optional*, defaults to `1200`):
         lr (`float`, *optional*, defaults to `3e-3`):
-        batch_size (`int`, *optional*, defaults to `64`):
+        batch_size (`int`, *optional*, defaults to `32`):
         seed (`int`, *optional*, defaults to `0`):
         progress (`bool`, *optional*, defaults to `True`):
             Show a tqdm bar with the running loss.
