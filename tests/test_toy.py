@@ -205,6 +205,23 @@ def test_warmup_sft_learns_the_format(tokenizer):
 
 
 @pytest.mark.integration
+def test_warmup_sft_stops_early_once_accurate(tokenizer):
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1)
+    ds = make_math_dataset(100, seed=0)
+    kwargs = {
+        "steps": 50,
+        "batch_size": 8,
+        "check_every": 5,
+        "check_prompts": 4,
+        "check_samples": 1,
+        "progress": False,
+    }
+    assert len(warmup_sft(model, tokenizer, ds, stop_accuracy=0.0, **kwargs)) == 5  # any accuracy is >= 0
+    assert len(warmup_sft(model, tokenizer, ds, stop_accuracy=1.01, **kwargs)) == 50  # never reached
+    assert len(warmup_sft(model, tokenizer, ds, stop_accuracy=None, **kwargs)) == 50
+
+
+@pytest.mark.integration
 def test_warmup_sft_needs_targets(tokenizer):
     from datasets import Dataset
 

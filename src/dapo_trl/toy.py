@@ -340,12 +340,20 @@ def warmup_sft(
     warmup_steps: int = 50,
     min_lr_ratio: float = 0.1,
     weight_decay: float = 0.0,
+    stop_accuracy: float | None = 0.6,
+    check_every: int = 200,
+    check_prompts: int = 64,
+    check_samples: int = 4,
     progress: bool = True,
 ) -> list[float]:
     """
     Short supervised warm-up on `prompt` -> `target` + EOS, loss on the completion tokens only.
 
     Plain torch loop: AdamW, linear warm-up then cosine decay to `min_lr_ratio * lr`, batches drawn at random.
+    Addition is learned in sudden jumps whose timing varies with the seed (after 1,200 steps, sampled accuracy was
+    0.40-0.51 for three seeds and 0.92 for a fourth), so by default the warm-up also stops early once it has left the
+    mixed regime: every `check_every` steps it samples `check_samples` completions for the first `check_prompts`
+    problems of `dataset` and stops when their accuracy reaches `stop_accuracy`.
     Sequences are right-padded (true positions from 0); the RoPE attention only sees relative offsets, so the left
     padding used later at generation time does not change what was learned.
 
@@ -359,6 +367,11 @@ def warmup_sft(
         lr (`float`, *optional*, defaults to `3e-3`):
         batch_size (`int`, *optional*, defaults to `32`):
         seed (`int`, *optional*, defaults to `0`):
+        stop_accuracy (`float`, *optional*, defaults to `0.6`):
+            Stop once sampled accuracy on the check problems reaches this; `None` always runs `steps` steps.
+        check_every (`int`, *optional*, defaults to `200`):
+        check_prompts (`int`, *optional*, defaults to `64`):
+        check_samples (`int`, *optional*, defaults to `4`):
         progress (`bool`, *optional*, defaults to `True`):
             Show a tqdm bar with the running loss.
 
@@ -388,6 +401,8 @@ def warmup_sft(
         return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress_frac))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    check_set = dataset.select(range(min(check_prompts, len(dataset))))
+    max_new_tokens = max(len(c) for _, c in examples) + 2
     rng = random.Random(seed)
     torch.manual_seed(seed)
     model.train()
@@ -415,6 +430,21 @@ def warmup_sft(
         losses.append(output.loss.item())
         if len(losses) % 50 == 0:
             bar.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
+        if stop_accuracy is not None and len(losses) % check_every == 0 and len(losses) < steps:
+            accuracy = sampled_accuracy(
+                model, tokenizer, check_set, num_samples=check_samples, max_new_tokens=max_new_tokens, seed=seed
+            )
+            model.train()
+            if accuracy >= stop_accuracy:
+                logger.info(
+                    "Warm-up stopped after %d of %d steps: sampled accuracy %.2f >= %.2f.",
+                    len(losses),
+                    steps,
+                    accuracy,
+                    stop_accuracy,
+                )
+                break
+    bar.close()
     model.eval()
     return losses
 
