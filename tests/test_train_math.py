@@ -77,3 +77,16 @@ def test_real_data_path_on_local_files(tmp_path):
     assert {"avg@2", "pass@1", "pass@2", "maj@2"} <= set(summary["eval"])
     assert summary["eval"]["num_prompts"] == 4
     assert_outputs(out)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_recipe_parses(path, tmp_path):
+    """Every recipe's keys are real ScriptArguments / DAPOConfig / ModelConfig fields and pass DAPOConfig's checks."""
+    overrides = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false"]  # this machine has no GPU
+    script_args, training_args, model_args = train_math.parse_args(["--config", str(path), *overrides])
+    values = yaml.safe_load(path.read_text())
+    for key, value in values.items():
+        if key in ("use_cpu", "bf16", "output_dir"):
+            continue
+        owner = next(a for a in (script_args, training_args, model_args) if hasattr(a, key))
+        assert getattr(owner, key) == value or key in ("report_to", "lr_scheduler_type", "dtype"), key
