@@ -1,0 +1,579 @@
+r"""Does DAPO beat GRPO? The paper's ablation (DAPO Table 1), reproduced at CPU scale on the embedded toy task.
+
+The paper (AIME24 avg@32, Qwen2.5-32B): naive GRPO 30, + overlong filtering 36, + clip-higher 38, + soft overlong
+punishment 41, + token-level loss 42, + dynamic sampling 50; full DAPO needs half of GRPO's training steps. This script
+trains the same rows on [`dapo_trl.toy`] (addition problems, a 0.34M-parameter model) and prints a table with the
+steps and generated tokens each variant needs to reach a held-out accuracy target, its final held-out accuracy and its
+entropy, and draws the curves.
+
+| row                        | DAPOConfig settings (cumulative)                                                   |
+|----------------------------|------------------------------------------------------------------------------------|
+| naive GRPO                 | `epsilon=epsilon_high=0.2`, `loss_type="grpo"` (sequence mean), everything else off |
+| + overlong filtering       | `mask_truncated_completions=True`                                                  |
+| + clip-higher              | `epsilon_high=0.28`                                                                |
+| + soft overlong punishment | `overlong_shaping=True` (Eq. 13)                                                   |
+| + token-level loss         | `loss_type="dapo"`                                                                 |
+| + dynamic sampling         | `dynamic_sampling=True`                                                            |
+| full DAPO (defaults)       | `DAPOConfig`'s defaults: the row above with overlong filtering off                 |
+
+Protocol:
+
+- One supervised warm-up per seed ([`warmup_sft`]), saved once and reloaded by every variant of that seed (and by later
+  invocations with the same settings, from `--cache-dir`): the comparison isolates the RL phase.
+- The same generation budget for every run: `--budget-groups` prompt groups of `num_generations` completions,
+  counting every completion generated for training, dynamic sampling's discarded groups and extra rounds included.
+  Training stops at the first generation-cycle boundary past the budget (every rollout generated is trained on), so a
+  dynamic-sampling run overshoots by at most one batch's rounds; the table reports the groups and completion tokens
+  actually generated, and the optimizer steps they paid for. Dynamic sampling spends the budget on fewer, fuller steps.
+- Held-out sampled accuracy ([`accuracy_report`], T=1, fixed sampling seed, one test set shared by all seeds and
+  variants, disjoint from training) before RL and every `--eval-steps` optimizer steps (a multiple of the updates per
+  rollout, so each checkpoint closes a generation cycle). The global RNG state is saved and restored around it, so
+  measuring does not change the training run.
+- Steps (tokens) to target: the first checkpoint at or above the target, averaged over the seeds that reach it. The
+  target is chosen from the runs by a fixed rule ([`choose_target`]: half-way from the warm-up accuracy to the weakest
+  variant's final accuracy) unless `--target` is given.
+- Entropy: TRL's `entropy` metric (mean token entropy of the policy on the rollout tokens in the loss), every step.
+
+Settings. The RL settings are the CPU demo's (`CPU_DEMO` in `examples/train_math.py`): 8 completions per prompt,
+64 rows (8 prompts) per optimizer step, 4 optimizer steps per rollout of 32 prompts (`steps_per_generation=4` >
+`gradient_accumulation_steps=1`, so the probability ratio leaves 1 and clipping can act; the paper does 16),
+lr 1e-4 constant, T=1, `max_completion_length=28` with `overlong_buffer_len=7`, 20,000 training problems, and the
+toy's warm-up (1,200 steps, batch 32, lr 3e-3). Two departures: held-out accuracy uses 4 samples per problem on
+256 problems (the demo uses 8; it halves evaluation time), and a run is bounded by generated groups, not steps.
+
+Why these, and not the shorter settings tried first:
+
+- `max_completion_length=28` leaves room for the longest well-formed completion (21 tokens with EOS, `Rev:` work line
+  included) and puts it exactly at `max_completion_length - overlong_buffer_len`, where Eq. 13's penalty starts: like
+  the paper's 16k expected length inside a 20k limit, the length rules only act on runaway completions. With the
+  previous demo limit of 16, every work line on a 2-digit answer was cut off inside the answer: RL then only learned
+  to drop the work line (held-out 0.37 -> 0.60 within ~40 steps for every variant, then flat at the 2+2-digit
+  ceiling), which tests the length limit rather than the algorithms, and overlong filtering hid exactly the signal
+  that lesson needs.
+- lr 3e-4 (tried with the limit of 16) was unstable: naive GRPO rose to 0.55 and fell back to ~0.45 within 160 steps.
+
+Launch:
+```
+OMP_NUM_THREADS=1 python benchmarks/ablation.py            # full run: 3 seeds x 7 variants, 2 runs at a time
+OMP_NUM_THREADS=1 python benchmarks/ablation.py --quick    # CI smoke: 1 seed, 2 variants, a few steps (~45 s)
+python benchmarks/ablation.py --from-json benchmarks/results/ablation.json   # re-render table and PNG, no training
+```
+Results go to `benchmarks/results/ablation.{md,png,json}` (`--quick`: `ablation_quick.*`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+logger = logging.getLogger("ablation")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+# The five DAPO techniques in the order of the paper's Table 1, each added on top of the previous ones.
+NAIVE_GRPO: dict = {
+    "epsilon": 0.2,
+    "epsilon_high": 0.2,
+    "loss_type": "grpo",
+    "mask_truncated_completions": False,
+    "overlong_shaping": False,
+    "dynamic_sampling": False,
+}
+TECHNIQUES: tuple[tuple[str, dict], ...] = (
+    ("+ overlong filtering", {"mask_truncated_completions": True}),
+    ("+ clip-higher", {"epsilon_high": 0.28}),
+    ("+ soft overlong punishment", {"overlong_shaping": True}),
+    ("+ token-level loss", {"loss_type": "dapo"}),
+    ("+ dynamic sampling", {"dynamic_sampling": True}),
+)
+FULL_DAPO = "full DAPO (defaults)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    overrides: dict  # DAPOConfig fields; empty means DAPOConfig's defaults
+
+
+def variants() -> tuple[Variant, ...]:
+    """Naive GRPO, each technique added cumulatively, then full DAPO (DAPOConfig's defaults: no overlong filtering)."""
+    rows = [Variant("naive GRPO", dict(NAIVE_GRPO))]
+    for name, change in TECHNIQUES:
+        rows.append(Variant(name, {**rows[-1].overrides, **change}))
+    rows.append(Variant(FULL_DAPO, {}))
+    return tuple(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Warm-up, shared by every variant of a seed
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def warmup_key(args: argparse.Namespace, seed: int) -> str:
+    fields = (
+        seed,
+        args.train_size,
+        args.sft_steps,
+        args.sft_batch_size,
+        args.sft_lr,
+        args.level_weights,
+        args.work_prob,
+    )
+    return hashlib.sha1(repr(fields).encode()).hexdigest()[:10]
+
+
+def warm_up(args: argparse.Namespace, seed: int) -> str:
+    """Supervised warm-up for `seed`, saved once (and reused by later invocations with the same settings)."""
+    from dapo_trl.toy import build_char_tokenizer, build_tiny_model, warmup_sft
+
+    folder = Path(args.cache_dir) / f"warmup-seed{seed}-{warmup_key(args, seed)}"
+    if (folder / "config.json").exists():
+        return str(folder)
+    torch.set_num_threads(1)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, seed=seed)
+    train_set = training_set(args, seed)
+    warmup_sft(
+        model,
+        tokenizer,
+        train_set,
+        steps=args.sft_steps,
+        batch_size=args.sft_batch_size,
+        lr=args.sft_lr,
+        seed=seed,
+        progress=False,
+    )
+    # Only the weights: the tokenizer is rebuilt (AutoTokenizer would read this folder's Qwen2 config.json and load a
+    # Qwen2Tokenizer instead of the character-level one).
+    model.save_pretrained(folder)
+    return str(folder)
+
+
+def training_set(args: argparse.Namespace, seed: int):
+    from dapo_trl.toy import make_math_dataset
+
+    return make_math_dataset(args.train_size, seed=seed, level_weights=args.level_weights, work_prob=args.work_prob)
+
+
+def held_out_set(args: argparse.Namespace):
+    from dapo_trl.toy import make_math_dataset
+
+    # One held-out set for every seed and variant.
+    return make_math_dataset(args.test_size, seed=0, split="test", level_weights=args.level_weights)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One RL run
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def rl_config(args: argparse.Namespace, variant: Variant, seed: int, output_dir: str):
+    from dapo_trl import DAPOConfig
+
+    shared = {
+        "output_dir": output_dir,
+        "use_cpu": True,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "logging_steps": 1,
+        "seed": seed,
+        "max_steps": 100_000,  # the generation budget stops training (see BudgetAndEval)
+        "learning_rate": args.lr,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "num_generations": args.num_generations,
+        "per_device_train_batch_size": args.prompts_per_step * args.num_generations,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": args.updates_per_rollout,
+        "num_iterations": 1,
+        "max_completion_length": args.max_completion_length,
+        "overlong_buffer_len": args.overlong_buffer_len,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "beta": 0.0,
+        "dynamic_sampling_max_rounds": args.max_rounds,
+        "log_completions": False,
+    }
+    return DAPOConfig(**shared, **variant.overrides)
+
+
+def run_variant(args: argparse.Namespace, variant: Variant, seed: int, warmup_dir: str) -> dict:
+    """Load the seed's warmed-up weights, train `variant` until the generation budget is spent, return its record."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from transformers.utils import logging as hf_logging
+
+    from dapo_trl import DAPOTrainer, MathVerifierReward
+    from dapo_trl.toy import accuracy_report, build_char_tokenizer
+
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("dapo_trl").setLevel(logging.ERROR)
+    tokenizer = build_char_tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(warmup_dir)
+    train_set = training_set(args, seed)
+    test_set = held_out_set(args)
+    budget_groups = args.budget_groups
+
+    def evaluate() -> dict:
+        state = torch.get_rng_state()  # the held-out sampling must not move the training's random stream
+        try:
+            report = accuracy_report(
+                trainer.model,
+                tokenizer,
+                test_set,
+                num_samples=args.eval_samples,
+                max_new_tokens=args.max_completion_length,
+                seed=1234,
+            )
+        finally:
+            torch.set_rng_state(state)
+            trainer.model.train()
+        return report
+
+    class CountingTrainer(DAPOTrainer):
+        """Counts every training completion generated (all dynamic-sampling rounds included)."""
+
+        generated_completions = 0
+        generated_tokens = 0
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            if self.model.training:
+                self.generated_completions += len(completion_ids_list)
+                self.generated_tokens += sum(len(ids) for ids in completion_ids_list)
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    curve: list[dict] = []
+
+    class BudgetAndEval(TrainerCallback):
+        """Held-out accuracy every `eval_steps` optimizer steps; stop at the first generation-cycle boundary past the
+        budget (a cycle's rollouts are all trained on before stopping)."""
+
+        def on_train_begin(self, train_args, state, control, **kwargs):
+            curve.append({"step": 0, "groups": 0, "tokens": 0, **evaluate()})
+
+        def on_step_end(self, train_args, state, control, **kwargs):
+            groups = trainer.generated_completions / args.num_generations
+            done = state.global_step % train_args.steps_per_generation == 0 and groups >= budget_groups
+            if state.global_step % args.eval_steps == 0 or done:
+                report = evaluate()
+                curve.append(
+                    {"step": state.global_step, "groups": groups, "tokens": trainer.generated_tokens, **report}
+                )
+                logger.info(
+                    f"{variant.name} seed {seed}: step {state.global_step} groups {groups:.0f} "
+                    f"accuracy {report['accuracy']:.3f}"
+                )
+            if done:
+                control.should_training_stop = True
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        trainer = CountingTrainer(
+            model=model,
+            reward_funcs=MathVerifierReward(answer_column="answer", num_workers=1),
+            args=rl_config(args, variant, seed, output_dir),
+            train_dataset=train_set,
+            processing_class=tokenizer,
+            callbacks=[BudgetAndEval()],
+        )
+        trainer.remove_callback(PrinterCallback)
+        started = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - started
+    history = [
+        {k: v for k, v in entry.items() if k in LOGGED or k == "step"}
+        for entry in trainer.state.log_history
+        if "entropy" in entry
+    ]
+    return {
+        "variant": variant.name,
+        "seed": seed,
+        "steps": trainer.state.global_step,
+        "groups": trainer.generated_completions / args.num_generations,
+        "tokens": trainer.generated_tokens,
+        "seconds": seconds,
+        "curve": curve,
+        "history": history,
+    }
+
+
+LOGGED = (
+    "entropy",
+    "accuracy",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "dynamic_sampling/informative_frac",
+    "dynamic_sampling/rounds",
+)
+
+
+def _run_job(job: tuple) -> dict:
+    args, variant, seed, warmup_dir = job
+    return run_variant(args, variant, seed, warmup_dir)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    values = list(values)
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def first_reaching(curve: Sequence[dict], target: float) -> dict | None:
+    return next((point for point in curve if point["accuracy"] >= target), None)
+
+
+def window_mean(history: Sequence[dict], key: str, start: float, stop: float) -> float:
+    """Mean of `key` over the logged steps in the `[start, stop)` fraction of the run."""
+    values = [h[key] for h in history if key in h and h[key] is not None and not math.isnan(h[key])]
+    if not values:
+        return math.nan
+    lo, hi = int(start * len(values)), max(int(stop * len(values)), int(start * len(values)) + 1)
+    return statistics.fmean(values[lo:hi])
+
+
+def choose_target(runs: dict[str, list[dict]], start_accuracy: float) -> float:
+    """
+    Half-way from the warm-up accuracy to the weakest variant's final accuracy (seed means), rounded down to 0.01: a
+    level every variant reaches on average, on the part of the curve where they can still differ.
+    """
+    finals = [statistics.fmean(r["curve"][-1]["accuracy"] for r in rs) for rs in runs.values()]
+    return math.floor(100 * (start_accuracy + 0.5 * (min(finals) - start_accuracy))) / 100
+
+
+def to_target(rs: Sequence[dict], target: float) -> dict[str, float]:
+    """Mean steps and tokens at the first checkpoint reaching `target`, over the seeds that reach it."""
+    hit = [p for p in (first_reaching(r["curve"], target) for r in rs) if p is not None]
+    return {
+        "reached": len(hit),
+        "steps": mean_std([p["step"] for p in hit])[0],
+        "tokens": mean_std([p["tokens"] for p in hit])[0],
+    }
+
+
+def summarize(runs: dict[str, list[dict]], target: float) -> dict[str, dict[str, float]]:
+    """One row of numbers per variant (means over seeds, spreads as standard deviations over seeds)."""
+    rows = {}
+    for name, rs in runs.items():
+        final_mean, final_std = mean_std([r["curve"][-1]["accuracy"] for r in rs])
+        rows[name] = {
+            "seeds": len(rs),
+            "steps": mean_std([r["steps"] for r in rs])[0],
+            "groups": mean_std([r["groups"] for r in rs])[0],
+            "tokens": mean_std([r["tokens"] for r in rs])[0],
+            "final": final_mean,
+            "final_std": final_std,
+            "entropy_first": mean_std([window_mean(r["history"], "entropy", 0.0, 0.1) for r in rs])[0],
+            "entropy_last": mean_std([window_mean(r["history"], "entropy", 0.9, 1.0) for r in rs])[0],
+            "clip_high": mean_std([window_mean(r["history"], "clip_ratio/high_mean", 0, 1) for r in rs])[0],
+            "clip_low": mean_std([window_mean(r["history"], "clip_ratio/low_mean", 0, 1) for r in rs])[0],
+            "truncated": mean_std([window_mean(r["history"], "completions/clipped_ratio", 0, 1) for r in rs])[0],
+            "seconds": mean_std([r["seconds"] for r in rs])[0],
+            **{f"to_target_{k}": v for k, v in to_target(rs, target).items()},
+        }
+    return rows
+
+
+def format_table(runs: dict[str, list[dict]], target: float, start_accuracy: float, args: argparse.Namespace) -> str:
+    rows = summarize(runs, target)
+    seeds = max(row["seeds"] for row in rows.values())
+    lines = [
+        f"Budget per run: {args.budget_groups} prompt groups x {args.num_generations} completions generated (training "
+        f"stops at the first generation-cycle boundary past it). {seeds} seeds; +- is the standard deviation over "
+        f"seeds. Held-out sampled accuracy after the shared warm-up: {start_accuracy:.3f}; target: {target:.2f}.",
+        "",
+        "| variant | optimizer steps | generated groups / tokens | steps to target | tokens to target "
+        "| final held-out accuracy | entropy (first -> last 10% of steps) | clipped high / low | truncated rollouts |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        partial = (
+            "" if row["to_target_reached"] == row["seeds"] else f" ({row['to_target_reached']}/{row['seeds']} seeds)"
+        )
+        if row["to_target_reached"]:
+            to_steps = f"{row['to_target_steps']:.0f}{partial}"
+            to_tokens = f"{row['to_target_tokens'] / 1e3:.0f}k{partial}"
+        else:
+            to_steps = to_tokens = "not reached"
+        lines.append(
+            f"| {name} | {row['steps']:.0f} | {row['groups']:.0f} / {row['tokens'] / 1e3:.0f}k | {to_steps} "
+            f"| {to_tokens} | {row['final']:.3f} +- {row['final_std']:.3f} "
+            f"| {row['entropy_first']:.3f} -> {row['entropy_last']:.3f} "
+            f"| {100 * row['clip_high']:.2f}% / {100 * row['clip_low']:.2f}% | {100 * row['truncated']:.2f}% |"
+        )
+    naive, full = rows.get("naive GRPO"), rows.get(FULL_DAPO)
+    if naive and full and naive["to_target_reached"] and full["to_target_reached"]:
+        lines += [
+            "",
+            f"Full DAPO / naive GRPO to the target: {full['to_target_steps'] / naive['to_target_steps']:.2f}x the "
+            f"optimizer steps, {full['to_target_tokens'] / naive['to_target_tokens']:.2f}x the generated tokens.",
+        ]
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, list[dict]], start_accuracy: float, target: float, path: Path) -> Path:
+    """Held-out accuracy vs generated tokens and vs optimizer steps, and entropy vs step; one line per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (tok_ax, step_ax, ent_ax) = plt.subplots(1, 3, figsize=(19, 5.5))
+    for name, rs in runs.items():
+        # Checkpoints sit at the same steps in every seed (and at nearly the same token counts): average by position.
+        n = min(len(r["curve"]) for r in rs)
+        tokens = [statistics.fmean(r["curve"][i]["tokens"] for r in rs) / 1e3 for i in range(n)]
+        steps = [statistics.fmean(r["curve"][i]["step"] for r in rs) for i in range(n)]
+        accuracy = [statistics.fmean(r["curve"][i]["accuracy"] for r in rs) for i in range(n)]
+        style = {
+            "linestyle": "-" if name in ("naive GRPO", FULL_DAPO) else ":",
+            "linewidth": 2 if name in ("naive GRPO", FULL_DAPO) else 1.2,
+        }
+        tok_ax.plot(tokens, accuracy, marker=".", label=name, **style)
+        step_ax.plot(steps, accuracy, marker=".", label=name, **style)
+        m = min(len(r["history"]) for r in rs)
+        entropy = [statistics.fmean(r["history"][i]["entropy"] for r in rs) for i in range(m)]
+        ent_ax.plot([rs[0]["history"][i]["step"] for i in range(m)], _smooth(entropy, 9), label=name, **style)
+    for ax in (tok_ax, step_ax):
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f}")
+        ax.set_ylabel("held-out sampled accuracy (T=1)")
+    tok_ax.set_xlabel("generated completion tokens (thousands)")
+    tok_ax.set_title("held-out accuracy vs generated tokens")
+    step_ax.set_xlabel("optimizer step")
+    step_ax.set_title("held-out accuracy vs optimizer steps")
+    ent_ax.set_xlabel("optimizer step")
+    ent_ax.set_ylabel("mean token entropy of the rollouts")
+    ent_ax.set_title("entropy vs step (moving average of 9 steps)")
+    tok_ax.legend(fontsize=8)
+    fig.suptitle(f"DAPO ablation on the toy task, mean over {min(len(rs) for rs in runs.values())} seeds")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _smooth(values: Sequence[float], width: int) -> list[float]:
+    half = width // 2
+    return [statistics.fmean(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 1 seed, 2 variants, a few steps.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", help="Run only these variants (by name).")
+    parser.add_argument("--jobs", type=int, default=2, help="Runs in parallel (one thread each).")
+    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--cache-dir", default="outputs/ablation", help="Where warmed-up weights are kept.")
+    parser.add_argument("--from-json", help="Re-render the table and PNG from a saved ablation.json (no training).")
+    parser.add_argument("--target", type=float, help="Held-out accuracy target (default: see choose_target).")
+    # task
+    parser.add_argument("--train-size", type=int, default=20_000)
+    parser.add_argument("--test-size", type=int, default=256)
+    parser.add_argument("--level-weights", type=float, nargs=5, default=[0.2, 0.4, 0.4, 0.0, 0.0])
+    parser.add_argument("--work-prob", type=float, default=0.5)
+    parser.add_argument("--sft-steps", type=int, default=1200)
+    parser.add_argument("--sft-batch-size", type=int, default=32)
+    parser.add_argument("--sft-lr", type=float, default=3e-3)
+    # RL
+    parser.add_argument("--budget-groups", type=int, default=1600, help="Prompt groups generated per run.")
+    parser.add_argument("--eval-steps", type=int, default=12, help="Held-out accuracy every N optimizer steps.")
+    parser.add_argument("--eval-samples", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--num-generations", type=int, default=8)
+    parser.add_argument("--prompts-per-step", type=int, default=8, help="Prompt groups per optimizer step.")
+    parser.add_argument("--updates-per-rollout", type=int, default=4, help="steps_per_generation.")
+    parser.add_argument("--max-completion-length", type=int, default=28)
+    parser.add_argument("--overlong-buffer-len", type=int, default=7)
+    parser.add_argument("--max-rounds", type=int, default=4)
+    args = parser.parse_args(argv)
+    args.level_weights = tuple(args.level_weights)
+    if args.quick:
+        args.seeds = args.seeds[:1]
+        args.variants = args.variants or ["naive GRPO", FULL_DAPO]
+        args.sft_steps, args.train_size, args.test_size = 150, 500, 40
+        args.prompts_per_step, args.updates_per_rollout, args.max_rounds = 2, 2, 2
+        args.budget_groups, args.eval_steps, args.eval_samples = 8, 2, 2
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        kept = {"from_json": args.from_json, "target": args.target, "out_dir": args.out_dir}  # the rest: as run
+        args = argparse.Namespace(**{**vars(args), **saved["args"], **kept})
+        runs, total = saved["runs"], saved["total_seconds"]
+    else:
+        runs, total = run_all(args)
+    start_accuracy = statistics.fmean(r["curve"][0]["accuracy"] for rs in runs.values() for r in rs)
+    target = args.target if args.target is not None else choose_target(runs, start_accuracy)
+    table = format_table(runs, target, start_accuracy, args)
+    runtime = (
+        f"Total runtime: {total / 60:.1f} min wall-clock ({args.jobs} runs in parallel, one thread each, on 2 shared "
+        "CPU cores), warm-ups included."
+    )
+    print(table)
+    print(f"\n{runtime}")
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "ablation_quick" if args.quick else "ablation"
+    (out / f"{stem}.md").write_text(f"{table}\n\n{runtime}\n")
+    if not args.from_json:
+        saved = {"args": vars(args), "total_seconds": total, "runs": runs}
+        (out / f"{stem}.json").write_text(json.dumps(saved, indent=1))
+    plot(runs, start_accuracy, target, out / f"{stem}.png")
+    return {"runs": runs, "target": target, "table": table, "summary": summarize(runs, target)}
+
+
+def run_all(args: argparse.Namespace) -> tuple[dict[str, list[dict]], float]:
+    """Warm up every seed once, then train every (seed, variant) from it; `args.jobs` runs at a time."""
+    started = time.perf_counter()
+    chosen = [v for v in variants() if not args.variants or v.name in args.variants]
+    if args.variants and len(chosen) != len(args.variants):
+        raise SystemExit(f"Unknown variant in {args.variants}; choose from {[v.name for v in variants()]}.")
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
+        warmups = dict(zip(args.seeds, pool.map(warm_up, [args] * len(args.seeds), args.seeds)))
+        jobs = [(args, v, seed, warmups[seed]) for seed in args.seeds for v in chosen]
+        results = list(pool.map(_run_job, jobs))
+    runs = {v.name: [r for r in results if r["variant"] == v.name] for v in chosen}
+    return runs, time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    main()

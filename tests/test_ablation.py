@@ -1,0 +1,101 @@
+"""The ablation benchmark: variants are built cumulatively in the paper's order, and `--quick` writes its table and PNG."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ablation.py"
+
+
+def load_ablation():
+    if "ablation" in sys.modules:
+        return sys.modules["ablation"]
+    spec = importlib.util.spec_from_file_location("ablation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ablation"] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_variants_add_one_technique_at_a_time_in_the_papers_order():
+    ablation = load_ablation()
+    rows = ablation.variants()
+    names = [v.name for v in rows]
+    assert names == [
+        "naive GRPO",
+        "+ overlong filtering",
+        "+ clip-higher",
+        "+ soft overlong punishment",
+        "+ token-level loss",
+        "+ dynamic sampling",
+        ablation.FULL_DAPO,
+    ]
+    naive = rows[0].overrides
+    assert naive["epsilon"] == naive["epsilon_high"] == 0.2
+    assert naive["loss_type"] == "grpo"
+    assert not (naive["dynamic_sampling"] or naive["overlong_shaping"] or naive["mask_truncated_completions"])
+    # Each row differs from the previous one in exactly the fields of its technique.
+    for previous, row in zip(rows[:-2], rows[1:-1], strict=True):
+        changed = {k for k in row.overrides if row.overrides[k] != previous.overrides[k]}
+        assert len(changed) == 1, (row.name, changed)
+    assert rows[-2].overrides == {
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "loss_type": "dapo",
+        "mask_truncated_completions": True,
+        "overlong_shaping": True,
+        "dynamic_sampling": True,
+    }
+    assert rows[-1].overrides == {}  # full DAPO: DAPOConfig's own defaults
+
+
+def test_full_dapo_is_the_last_technique_row_without_overlong_filtering():
+    from dapo_trl import DAPOConfig
+
+    ablation = load_ablation()
+    *_, last_technique, full = ablation.variants()
+    defaults = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False)
+    for key, value in last_technique.overrides.items():
+        expected = False if key == "mask_truncated_completions" else value
+        assert getattr(defaults, key) == expected, key
+    assert full.overrides == {}
+
+
+def test_first_reaching_and_target():
+    ablation = load_ablation()
+    curve = [{"step": 0, "accuracy": 0.3}, {"step": 8, "accuracy": 0.45}, {"step": 16, "accuracy": 0.6}]
+    assert ablation.first_reaching(curve, 0.5)["step"] == 16
+    assert ablation.first_reaching(curve, 0.7) is None
+    runs = {"a": [{"curve": curve}], "b": [{"curve": [{"step": 0, "accuracy": 0.3}, {"step": 8, "accuracy": 0.5}]}]}
+    # target sits a fixed share of the way from the warm-up accuracy to the weakest variant's final accuracy
+    target = ablation.choose_target(runs, 0.3)
+    assert 0.3 < target <= 0.5
+
+
+@pytest.mark.integration
+def test_quick_run_writes_table_and_png(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out-dir", str(tmp_path), "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=170,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ablation = load_ablation()
+    header = "| variant | optimizer steps |"
+    assert header in result.stdout
+    table = (tmp_path / "ablation_quick.md").read_text()
+    assert header in table
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith(header)]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == ["naive GRPO", ablation.FULL_DAPO]
+    png = tmp_path / "ablation_quick.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000
