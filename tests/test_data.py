@@ -103,6 +103,14 @@ def test_problem_answer_format_and_no_template(tmp_path):
     assert raw["prompt"] == ["Find the answer."]
 
 
+def test_custom_template_with_latex_braces(tmp_path):
+    path = _write_jsonl(tmp_path / "aime.jsonl", [{"problem": "Find x.", "answer": "3"}])
+    ds = load_math_dataset(path, template="{problem}\nPut the answer in \\boxed{}.")
+    assert ds["prompt"] == ["Find x.\nPut the answer in \\boxed{}."]
+    with pytest.raises(ValueError, match="placeholder"):
+        load_math_dataset(path, template="no placeholder")
+
+
 def test_custom_columns_csv(tmp_path):
     path = tmp_path / "custom.csv"
     path.write_text("question_text,final\nHow many legs has a cat?,4\nAnd a bird?,2\n")

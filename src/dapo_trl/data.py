@@ -95,7 +95,7 @@ def load_math_dataset(
             Wrap the problem in `template`. Defaults to `True` for raw problems (`problem`, `gsm8k`, `math`) and
             `False` for `dapo_math` and `columns`, whose prompts are taken as they are.
         template (`str`, *optional*, defaults to [`DAPO_PROMPT_TEMPLATE`]):
-            Must contain `{problem}`.
+            Must contain `{problem}`, which is replaced by the problem text (other braces are left alone).
         conversational (`bool`, *optional*, defaults to `False`):
             Return prompts as chat-message lists (`[{"role": "user", "content": ...}]`) instead of plain strings.
         system_prompt (`str`, *optional*):
@@ -148,7 +148,7 @@ def load_math_dataset(
     def convert(row: dict[str, Any]) -> dict[str, Any]:
         text = prompt_text(row[prompt_col])
         if apply_template:
-            text = template.format(problem=text.strip())
+            text = template.replace("{problem}", text.strip())  # not str.format: templates may hold LaTeX braces
         answer = answer_fn(_lookup(row, answer_col))
         out = {"prompt": _as_prompt(text, conversational, system_prompt), "answer": answer}
         out.update({c: row[c] for c in keep_columns})
