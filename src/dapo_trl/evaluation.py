@@ -438,6 +438,8 @@ def evaluate(
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_or_path)
+        if tokenizer.pad_token is None:  # e.g. Llama: batched generation needs a pad token
+            tokenizer.pad_token = tokenizer.eos_token
     if use_chat_template is None:
         use_chat_template = getattr(tokenizer, "chat_template", None) is not None
     prompts = [
