@@ -431,7 +431,14 @@ def format_table(runs: dict[str, list[dict]], target: float, start_accuracy: flo
             f"| {100 * row['clip_high']:.2f}% / {100 * row['clip_low']:.2f}% | {100 * row['truncated']:.2f}% |"
         )
     naive, full = rows.get("naive GRPO"), rows.get(FULL_DAPO)
-    if naive and full and naive["to_target_reached"] and full["to_target_reached"]:
+    if (
+        naive
+        and full
+        and naive["to_target_reached"]
+        and full["to_target_reached"]
+        and naive["to_target_steps"] > 0
+        and naive["to_target_tokens"] > 0
+    ):
         lines += [
             "",
             f"Full DAPO / naive GRPO to the target: {full['to_target_steps'] / naive['to_target_steps']:.2f}x the "
