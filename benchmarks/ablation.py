@@ -52,10 +52,40 @@ Why these, and not the shorter settings tried first:
   that lesson needs.
 - lr 3e-4 (tried with the limit of 16) was unstable: naive GRPO rose to 0.55 and fell back to ~0.45 within 160 steps.
 
+Results (`benchmarks/results/ablation.md`; 3 seeds, 1,600 prompt groups = ~210k completion tokens per run):
+
+- Final held-out accuracy: no technique beats naive GRPO at this budget. Every row ends within one seed spread
+  (0.02-0.04) of naive GRPO's 0.559; paired by seed, full DAPO ends 0.024 +- 0.014 lower (lower in all three seeds, by
+  0.008-0.037; one checkpoint's sampling error is ~0.015). All curves are still rising when the budget runs out.
+- Steps: full DAPO reaches the target (warm-up + 0.025) in 0.70x naive GRPO's optimizer steps (28 vs 40), not the
+  paper's 0.5x, and with 1.15x the generated tokens. The saving is dynamic sampling's alone (the "+ dynamic sampling"
+  row needs the same 28 steps): a step holds only informative groups, so the budget buys fewer, fuller steps
+  (124-127 instead of 200). Here 57-88% of groups are informative (seed-dependent) and ~1.05 rounds fill a batch,
+  so it saves steps, not generation.
+- Why the other rows show nothing, measured rather than assumed:
+  - Overlong filtering and soft punishment have nothing to act on: 0.02-0.06% of rollouts are truncated and
+    well-formed completions stay below the penalty zone (by the choice above). "+ overlong filtering" trains like
+    naive GRPO checkpoint for checkpoint until the first truncated rollout differs.
+  - Clip-higher: the ratio almost never leaves the clip range (0.02-0.04% of tokens at the upper clip, 0.15-0.23% at
+    the lower one, with 4 updates per rollout), so raising the upper bound changes almost nothing. One-seed probes:
+    the paper's 16 updates per rollout at lr 1e-4 still clip only 0.08% / 0.41%; at lr 3e-4, 0.2-0.3% / 0.8-1%,
+    but then both naive GRPO and clip-higher lose accuracy (0.474 -> 0.41 / 0.43) and their entropy falls alike
+    (0.150 -> 0.096 / 0.093).
+  - Entropy does not collapse within the budget: every row goes 0.139 -> 0.10-0.12 (the dynamic-sampling rows end
+    highest, after fewer steps); clip-higher ends at 0.104 against 0.103 without it.
+  - Token-level loss: completions are 10-21 tokens (under 2x apart) in groups of 8, so token and sequence means
+    weight them almost alike; its row is within noise of the one before.
+- A fair test of the remaining techniques needs what this budget cannot give a 0.34M model: longer reasoning that
+  raises accuracy and runs into the length limit (so truncation is common and costly), and enough updates for
+  symmetric clipping to collapse entropy (the paper trains for thousands of steps).
+
+Runtime of the full run: 39.6 min wall-clock on the 2 shared cores (2 runs at a time, one thread each; the load
+average from other jobs was 4-6), of which ~6 min were the three warm-ups. `--quick`: ~30 s.
+
 Launch:
 ```
 OMP_NUM_THREADS=1 python benchmarks/ablation.py            # full run: 3 seeds x 7 variants, 2 runs at a time
-OMP_NUM_THREADS=1 python benchmarks/ablation.py --quick    # CI smoke: 1 seed, 2 variants, a few steps (~45 s)
+OMP_NUM_THREADS=1 python benchmarks/ablation.py --quick    # CI smoke: 1 seed, 2 variants, a few steps
 python benchmarks/ablation.py --from-json benchmarks/results/ablation.json   # re-render table and PNG, no training
 ```
 Results go to `benchmarks/results/ablation.{md,png,json}` (`--quick`: `ablation_quick.*`).
@@ -348,8 +378,10 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def first_reaching(curve: Sequence[dict], target: float) -> dict | None:
-    return next((point for point in curve if point["accuracy"] >= target), None)
+def first_reaching(curve: Sequence[dict], gain: float) -> dict | None:
+    """The first checkpoint whose accuracy is at least `gain` above the run's own warm-up accuracy (`curve[0]`)."""
+    start = curve[0]["accuracy"]
+    return next((point for point in curve[1:] if point["accuracy"] - start >= gain - 1e-9), None)
 
 
 def window_mean(history: Sequence[dict], key: str, start: float, stop: float) -> float:
@@ -361,17 +393,20 @@ def window_mean(history: Sequence[dict], key: str, start: float, stop: float) ->
     return statistics.fmean(values[lo:hi])
 
 
-def choose_target(runs: dict[str, list[dict]], start_accuracy: float) -> float:
+def choose_target(runs: dict[str, list[dict]]) -> float:
     """
-    Half-way from the warm-up accuracy to the weakest variant's final accuracy (seed means), rounded down to 0.01: a
-    level every variant reaches on average, on the part of the curve where they can still differ.
+    The target, as a gain over each seed's own warm-up accuracy (the seeds start from different warm-ups): half the
+    weakest variant's mean final gain, rounded down to 0.005. Every variant reaches it on average, on the part of the
+    curve where they can still differ.
     """
-    finals = [statistics.fmean(r["curve"][-1]["accuracy"] for r in rs) for rs in runs.values()]
-    return math.floor(100 * (start_accuracy + 0.5 * (min(finals) - start_accuracy))) / 100
+    gains = [
+        statistics.fmean(r["curve"][-1]["accuracy"] - r["curve"][0]["accuracy"] for r in rs) for rs in runs.values()
+    ]
+    return max(0.005, math.floor(200 * 0.5 * min(gains) + 1e-9) / 200)
 
 
 def to_target(rs: Sequence[dict], target: float) -> dict[str, float]:
-    """Mean steps and tokens at the first checkpoint reaching `target`, over the seeds that reach it."""
+    """Mean steps and tokens at the first checkpoint `target` above warm-up, over the seeds that reach it."""
     hit = [p for p in (first_reaching(r["curve"], target) for r in rs) if p is not None]
     return {
         "reached": len(hit),
@@ -383,8 +418,11 @@ def to_target(rs: Sequence[dict], target: float) -> dict[str, float]:
 def summarize(runs: dict[str, list[dict]], target: float) -> dict[str, dict[str, float]]:
     """One row of numbers per variant (means over seeds, spreads as standard deviations over seeds)."""
     rows = {}
+    baseline = {r["seed"]: r["curve"][-1]["accuracy"] for r in runs.get("naive GRPO", [])}
     for name, rs in runs.items():
         final_mean, final_std = mean_std([r["curve"][-1]["accuracy"] for r in rs])
+        paired = [r["curve"][-1]["accuracy"] - baseline[r["seed"]] for r in rs if r["seed"] in baseline]
+        vs_naive, vs_naive_std = mean_std(paired)
         rows[name] = {
             "seeds": len(rs),
             "steps": mean_std([r["steps"] for r in rs])[0],
@@ -392,6 +430,8 @@ def summarize(runs: dict[str, list[dict]], target: float) -> dict[str, dict[str,
             "tokens": mean_std([r["tokens"] for r in rs])[0],
             "final": final_mean,
             "final_std": final_std,
+            "vs_naive": vs_naive,
+            "vs_naive_std": vs_naive_std,
             "entropy_first": mean_std([window_mean(r["history"], "entropy", 0.0, 0.1) for r in rs])[0],
             "entropy_last": mean_std([window_mean(r["history"], "entropy", 0.9, 1.0) for r in rs])[0],
             "clip_high": mean_std([window_mean(r["history"], "clip_ratio/high_mean", 0, 1) for r in rs])[0],
@@ -403,17 +443,20 @@ def summarize(runs: dict[str, list[dict]], target: float) -> dict[str, dict[str,
     return rows
 
 
-def format_table(runs: dict[str, list[dict]], target: float, start_accuracy: float, args: argparse.Namespace) -> str:
+def format_table(runs: dict[str, list[dict]], target: float, args: argparse.Namespace) -> str:
     rows = summarize(runs, target)
     seeds = max(row["seeds"] for row in rows.values())
+    starts = [r["curve"][0]["accuracy"] for r in next(iter(runs.values()))]
     lines = [
         f"Budget per run: {args.budget_groups} prompt groups x {args.num_generations} completions generated (training "
         f"stops at the first generation-cycle boundary past it). {seeds} seeds; +- is the standard deviation over "
-        f"seeds. Held-out sampled accuracy after the shared warm-up: {start_accuracy:.3f}; target: {target:.2f}.",
+        f"seeds. Held-out sampled accuracy after the warm-up, per seed: {', '.join(f'{a:.3f}' for a in starts)}. "
+        f"Target: warm-up accuracy + {target:.3f} (each seed from its own warm-up).",
         "",
         "| variant | optimizer steps | generated groups / tokens | steps to target | tokens to target "
-        "| final held-out accuracy | entropy (first -> last 10% of steps) | clipped high / low | truncated rollouts |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| final held-out accuracy | final - naive GRPO (same seed) | entropy (first -> last 10% of steps) "
+        "| clipped high / low | truncated rollouts |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in rows.items():
         partial = (
@@ -427,6 +470,7 @@ def format_table(runs: dict[str, list[dict]], target: float, start_accuracy: flo
         lines.append(
             f"| {name} | {row['steps']:.0f} | {row['groups']:.0f} / {row['tokens'] / 1e3:.0f}k | {to_steps} "
             f"| {to_tokens} | {row['final']:.3f} +- {row['final_std']:.3f} "
+            f"| {row['vs_naive']:+.3f} +- {row['vs_naive_std']:.3f} "
             f"| {row['entropy_first']:.3f} -> {row['entropy_last']:.3f} "
             f"| {100 * row['clip_high']:.2f}% / {100 * row['clip_low']:.2f}% | {100 * row['truncated']:.2f}% |"
         )
@@ -447,7 +491,7 @@ def format_table(runs: dict[str, list[dict]], target: float, start_accuracy: flo
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, list[dict]], start_accuracy: float, target: float, path: Path) -> Path:
+def plot(runs: dict[str, list[dict]], target: float, path: Path) -> Path:
     """Held-out accuracy vs generated tokens and vs optimizer steps, and entropy vs step; one line per variant."""
     import matplotlib
 
@@ -455,12 +499,15 @@ def plot(runs: dict[str, list[dict]], start_accuracy: float, target: float, path
     import matplotlib.pyplot as plt
 
     fig, (tok_ax, step_ax, ent_ax) = plt.subplots(1, 3, figsize=(19, 5.5))
+    start = statistics.fmean(r["curve"][0]["accuracy"] for r in next(iter(runs.values())))
     for name, rs in runs.items():
         # Checkpoints sit at the same steps in every seed (and at nearly the same token counts): average by position.
-        n = min(len(r["curve"]) for r in rs)
-        tokens = [statistics.fmean(r["curve"][i]["tokens"] for r in rs) / 1e3 for i in range(n)]
-        steps = [statistics.fmean(r["curve"][i]["step"] for r in rs) for i in range(n)]
-        accuracy = [statistics.fmean(r["curve"][i]["accuracy"] for r in rs) for i in range(n)]
+        # A run's last checkpoint (end of budget) is kept even where the seeds' checkpoint counts differ.
+        n = min(len(r["curve"]) for r in rs) - 1
+        points = [[r["curve"][i] for r in rs] for i in range(n)] + [[r["curve"][-1] for r in rs]]
+        tokens = [statistics.fmean(p["tokens"] for p in column) / 1e3 for column in points]
+        steps = [statistics.fmean(p["step"] for p in column) for column in points]
+        accuracy = [statistics.fmean(p["accuracy"] for p in column) for column in points]
         style = {
             "linestyle": "-" if name in ("naive GRPO", FULL_DAPO) else ":",
             "linewidth": 2 if name in ("naive GRPO", FULL_DAPO) else 1.2,
@@ -471,7 +518,7 @@ def plot(runs: dict[str, list[dict]], start_accuracy: float, target: float, path
         entropy = [statistics.fmean(r["history"][i]["entropy"] for r in rs) for i in range(m)]
         ent_ax.plot([rs[0]["history"][i]["step"] for i in range(m)], _smooth(entropy, 9), label=name, **style)
     for ax in (tok_ax, step_ax):
-        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f}")
+        ax.axhline(start + target, color="grey", linestyle="--", linewidth=1, label=f"warm-up + {target:.3f}")
         ax.set_ylabel("held-out sampled accuracy (T=1)")
     tok_ax.set_xlabel("generated completion tokens (thousands)")
     tok_ax.set_title("held-out accuracy vs generated tokens")
@@ -508,7 +555,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out-dir", default=str(RESULTS_DIR))
     parser.add_argument("--cache-dir", default="outputs/ablation", help="Where warmed-up weights are kept.")
     parser.add_argument("--from-json", help="Re-render the table and PNG from a saved ablation.json (no training).")
-    parser.add_argument("--target", type=float, help="Held-out accuracy target (default: see choose_target).")
+    parser.add_argument(
+        "--target", type=float, help="Target gain of held-out accuracy over the warm-up (default: choose_target)."
+    )
     # task
     parser.add_argument("--train-size", type=int, default=20_000)
     parser.add_argument("--test-size", type=int, default=256)
@@ -548,9 +597,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         runs, total = saved["runs"], saved["total_seconds"]
     else:
         runs, total = run_all(args)
-    start_accuracy = statistics.fmean(r["curve"][0]["accuracy"] for rs in runs.values() for r in rs)
-    target = args.target if args.target is not None else choose_target(runs, start_accuracy)
-    table = format_table(runs, target, start_accuracy, args)
+    target = args.target if args.target is not None else choose_target(runs)
+    table = format_table(runs, target, args)
     runtime = (
         f"Total runtime: {total / 60:.1f} min wall-clock ({args.jobs} runs in parallel, one thread each, on 2 shared "
         "CPU cores), warm-ups included."
@@ -563,9 +611,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
     (out / f"{stem}.md").write_text(f"{table}\n\n{runtime}\n")
     if not args.from_json:
         saved = {"args": vars(args), "total_seconds": total, "runs": runs}
-        (out / f"{stem}.json").write_text(json.dumps(saved, indent=1))
-    plot(runs, start_accuracy, target, out / f"{stem}.png")
+        (out / f"{stem}.json").write_text(json.dumps(_rounded(saved), separators=(",", ":")))
+    plot(runs, target, out / f"{stem}.png")
     return {"runs": runs, "target": target, "table": table, "summary": summarize(runs, target)}
+
+
+def _rounded(value, digits: int = 5):
+    """`value` with every float rounded (keeps the saved JSON small)."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v, digits) for v in value]
+    return value
 
 
 def run_all(args: argparse.Namespace) -> tuple[dict[str, list[dict]], float]:

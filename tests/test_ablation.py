@@ -67,15 +67,18 @@ def test_full_dapo_is_the_last_technique_row_without_overlong_filtering():
     assert full.overrides == {}
 
 
-def test_first_reaching_and_target():
+def test_target_is_a_gain_over_each_seeds_own_warm_up():
     ablation = load_ablation()
     curve = [{"step": 0, "accuracy": 0.3}, {"step": 8, "accuracy": 0.45}, {"step": 16, "accuracy": 0.6}]
-    assert ablation.first_reaching(curve, 0.5)["step"] == 16
-    assert ablation.first_reaching(curve, 0.7) is None
-    runs = {"a": [{"curve": curve}], "b": [{"curve": [{"step": 0, "accuracy": 0.3}, {"step": 8, "accuracy": 0.5}]}]}
-    # target sits a fixed share of the way from the warm-up accuracy to the weakest variant's final accuracy
-    target = ablation.choose_target(runs, 0.3)
-    assert 0.3 < target <= 0.5
+    assert ablation.first_reaching(curve, 0.2)["step"] == 16
+    assert ablation.first_reaching(curve, 0.15)["step"] == 8
+    assert ablation.first_reaching(curve, 0.4) is None
+    # the warm-up checkpoint itself never counts, even for a seed that starts high
+    assert ablation.first_reaching([{"step": 0, "accuracy": 0.9}, {"step": 8, "accuracy": 0.8}], 0.01) is None
+    weak = [{"step": 0, "accuracy": 0.5}, {"step": 8, "accuracy": 0.6}]
+    runs = {"a": [{"curve": curve}], "b": [{"curve": weak}]}
+    # half the weakest variant's mean gain (0.1), rounded down to 0.005
+    assert ablation.choose_target(runs) == pytest.approx(0.05)
 
 
 @pytest.mark.integration
