@@ -37,7 +37,8 @@ def test_tokenizer_round_trip(tokenizer):
     assert len(ids) == len(text)  # one token per character, newlines included
     assert tokenizer.decode(ids) == text
     assert tokenizer.unk_token_id not in ids
-    assert tokenizer("é", add_special_tokens=False)["input_ids"] == [tokenizer.unk_token_id]
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert encode("aéb") == encode("ab")  # outside the vocabulary: dropped
 
 
 def test_tokenizer_specials_and_left_padding(tokenizer):
@@ -48,6 +49,27 @@ def test_tokenizer_specials_and_left_padding(tokenizer):
     assert batch["input_ids"][0][0] == tokenizer.pad_token_id and batch["attention_mask"][0] == [0, 1, 1, 1]
     ids = tokenizer("Answer: 2", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     assert tokenizer.decode(ids, skip_special_tokens=True) == "Answer: 2"
+
+
+def test_tokenizer_ids_are_one_per_character_in_vocabulary_order(tokenizer):
+    from dapo_trl.toy import DEFAULT_CHARS
+
+    assert len(tokenizer) == 4 + len(DEFAULT_CHARS)
+    specials = [tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.unk_token_id]
+    assert specials == [0, 1, 2, 3]
+    assert tokenizer(DEFAULT_CHARS, add_special_tokens=False)["input_ids"] == list(range(4, 4 + len(DEFAULT_CHARS)))
+
+
+def test_tokenizer_reloads_as_itself_next_to_the_model(tokenizer, tmp_path):
+    """A run folder holds the Qwen2 model's config.json, which makes AutoTokenizer pick Qwen2Tokenizer."""
+    build_tiny_model(tokenizer, hidden_size=32, num_heads=2).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert type(reloaded) is type(tokenizer)
+    text = "What is 47+38?\nRev: 58\nAnswer: 85\n\n  $x^2$ {a}, 'b'"
+    assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert reloaded.decode(reloaded(text)["input_ids"]) == text
+    assert (reloaded.padding_side, reloaded.pad_token_id, reloaded.eos_token_id) == ("left", 0, 1)
 
 
 def test_tokenizer_save_and_reload(tokenizer, tmp_path):

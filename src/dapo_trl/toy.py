@@ -3,7 +3,7 @@
 The pieces:
 
 - [`build_char_tokenizer`] / [`build_tiny_model`]: a character-level tokenizer and a ~0.34M-parameter Qwen2 model
-  built locally.
+  built locally; saved together, they reload with `AutoTokenizer` / `AutoModelForCausalLM` as themselves.
 - [`make_math_dataset`]: addition/subtraction problems in DAPO's answer format (the completion's last line is
   `Answer: N`), easy and hard mixed so that some groups are all-correct or all-wrong (dynamic sampling has something
   to filter), with an optional work line so that completion lengths vary (token-level loss and overlong shaping have
@@ -90,33 +90,38 @@ def build_char_tokenizer(chars: str = DEFAULT_CHARS, *, model_max_length: int = 
     """
     Character-level tokenizer: one token per character, plus `<pad>`, `<eos>`, `<bos>` and `<unk>`.
 
-    Built with `tokenizers` (WordLevel vocabulary over `chars`, each character split off on its own, `Fuse` decoder),
-    wrapped in a left-padding `PreTrainedTokenizerFast`. It round-trips through `save_pretrained` /
-    `AutoTokenizer.from_pretrained`.
+    It is a `Qwen2Tokenizer` (byte-level BPE) whose vocabulary holds single characters and no merges, so every
+    character is one token. The class matters: transformers' `AutoTokenizer` loads every folder whose `config.json`
+    says `qwen2` (as the tiny model's does) with `Qwen2Tokenizer`, whatever class the tokenizer was saved as, so a
+    tokenizer of any other class comes back from a saved model folder as a different tokenizer (a generic character
+    tokenizer came back dropping spaces and newlines). Built this way it reloads as itself, alone or next to the model.
 
     Args:
         chars (`str`, *optional*, defaults to digits, ASCII letters, space, newline and punctuation):
-            Characters of the vocabulary; anything else encodes to `<unk>`.
+            Characters of the vocabulary, in id order after the four special tokens. Other characters are dropped
+            when encoding (`Qwen2Tokenizer`'s BPE has no unknown token); `<unk>` is in the vocabulary but never
+            produced.
         model_max_length (`int`, *optional*, defaults to `128`):
             Stored on the tokenizer.
 
     Returns:
-        `transformers.PreTrainedTokenizerFast`
+        `transformers.Qwen2Tokenizer`, padding on the left.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import Qwen2Tokenizer
 
     specials = [PAD_TOKEN, EOS_TOKEN, BOS_TOKEN, UNK_TOKEN]
+    byte_symbol = _byte_level_symbols()
+    if set(byte_symbol.values()) != set(ByteLevel.alphabet()):  # the map below must be the one ByteLevel uses
+        raise RuntimeError("tokenizers' ByteLevel alphabet is not the GPT-2 byte map this tokenizer assumes.")
     vocab = {tok: i for i, tok in enumerate(specials)}
     for ch in dict.fromkeys(chars):  # keep order, drop repeats
-        if ch not in vocab:
-            vocab[ch] = len(vocab)
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
-    # Regex(".") does not match "\n" (Oniguruma), which would turn "\n\n" into one unknown piece
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), "isolated")
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+        symbol = "".join(byte_symbol[b] for b in ch.encode())
+        if symbol not in vocab:
+            vocab[symbol] = len(vocab)
+    return Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[],
         pad_token=PAD_TOKEN,
         eos_token=EOS_TOKEN,
         bos_token=BOS_TOKEN,
@@ -124,6 +129,18 @@ def build_char_tokenizer(chars: str = DEFAULT_CHARS, *, model_max_length: int = 
         padding_side="left",
         model_max_length=model_max_length,
     )
+
+
+def _byte_level_symbols() -> dict[int, str]:
+    """GPT-2's byte -> printable character map, which byte-level BPE vocabularies (Qwen2's included) are written in."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    symbols = {b: chr(b) for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in symbols:
+            symbols[b] = chr(256 + shifted)
+            shifted += 1
+    return symbols
 
 
 def build_tiny_model(
