@@ -184,3 +184,110 @@ def test_cli_on_saved_checkpoint(tmp_path, capsys):
     assert set(printed) >= {"avg@4", "pass@1", "pass@2", "pass@4", "maj@4"}
     assert len(saved["samples"]) == 3 and all(len(s["completions"]) == 4 for s in saved["samples"])
     assert saved["samples"][0]["prompt"] == "What is 0+1?"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command line: run record, defaults, bad input
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_model(tmp_path, monkeypatch):
+    """cwd = tmp_path, holding outputs/run (a tiny saved model) and data.jsonl (3 problems)."""
+    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+
+    monkeypatch.chdir(tmp_path)
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=32, num_layers=1).save_pretrained("outputs/run")
+    tokenizer.save_pretrained("outputs/run")
+    rows = [{"prompt": f"What is {i}+1?\n", "answer": str(i + 1)} for i in range(3)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path
+
+
+def test_cli_defaults_come_from_the_run_record_then_the_paper(saved_model):
+    from dapo_trl.evaluation import parse_cli
+    from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
+
+    args = parse_cli(["--model", "outputs/run", "--dataset", "data.jsonl"])
+    assert (args.k, args.temperature, args.top_p, args.max_new_tokens) == (32, 1.0, 0.7, 20480)  # DAPO §4.1
+    assert args.chat == "auto" and args.run_record is None
+
+    record = RunRecord(
+        prompt_format=PromptFormat(conversational=True, system_prompt="Be brief.", chat_template_kwargs={"x": 1}),
+        evaluation=EvalSettings(k=3, temperature=0.9, top_p=1.0, max_new_tokens=5, batch_size=2, seed=7),
+    )
+    write_run_record("outputs/run", record)
+    args = parse_cli(["--model", "outputs/run", "--dataset", "data.jsonl", "--k", "4"])
+    assert (args.k, args.temperature, args.top_p, args.max_new_tokens, args.batch_size, args.seed) == (
+        4,  # the command line wins
+        0.9,
+        1.0,
+        5,
+        2,
+        7,
+    )
+    assert (args.chat, args.system_prompt, args.chat_template_kwargs) == ("yes", "Be brief.", {"x": 1})
+    # a checkpoint inside the run folder finds the record one level up
+    (saved_model / "outputs" / "run" / "checkpoint-2").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (saved_model / "outputs" / "run" / "checkpoint-2" / name).write_bytes(
+            (saved_model / "outputs/run" / name).read_bytes()
+        )
+    assert parse_cli(["--model", "outputs/run/checkpoint-2", "--dataset", "data.jsonl"]).k == 3
+    assert parse_cli(["--model", "outputs/run", "--dataset", "data.jsonl", "--ignore_run_record"]).k == 32
+
+
+def test_cli_evaluates_with_the_recorded_settings(saved_model, capsys):
+    from dapo_trl.evaluation import main
+    from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
+
+    record = RunRecord(PromptFormat(), EvalSettings(k=3, temperature=1.0, top_p=1.0, max_new_tokens=4, batch_size=2))
+    write_run_record("outputs/run", record)
+    metrics = main(["--model", "outputs/run", "--dataset", "data.jsonl", "--save_samples", "--output", "m.json"])
+    assert metrics["k"] == 3 and "avg@3" in metrics
+    samples = json.loads((saved_model / "m.json").read_text())["samples"]
+    assert samples[0]["prompt"] == "What is 0+1?\n"  # plain text, as recorded: no chat template, no DAPO template
+    assert all(len(c) <= 4 for s in samples for c in s["completions"])  # 4 new tokens of one character at most
+
+
+def test_unreadable_run_record_is_named(saved_model, capsys):
+    from dapo_trl.evaluation import parse_cli
+
+    (saved_model / "outputs" / "run" / "dapo_run.json").write_text("{not json")
+    with pytest.raises(SystemExit):
+        parse_cli(["--model", "outputs/run", "--dataset", "data.jsonl"])
+    assert "dapo_run.json is not a readable run record" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--model", "outputs/rnu", "--dataset", "data.jsonl"], "outputs/rnu"),  # missing relative path, not the Hub
+        (["--model", "/no/such/folder", "--dataset", "data.jsonl"], "/no/such/folder"),
+        (["--model", "outputs/run/checkpoint-9", "--dataset", "data.jsonl"], "checkpoint-9"),
+        (["--model", "gpt-nope", "--dataset", "data.jsonl"], "HF_HUB_OFFLINE"),  # a Hub id, offline, not cached
+        (["--model", "data.jsonl", "--dataset", "data.jsonl"], "is a file"),
+        (["--model", "outputs", "--dataset", "data.jsonl"], "no config.json"),
+        (["--model", "outputs/run", "--dataset", "empty.jsonl"], "empty.jsonl is empty"),
+        (["--model", "outputs/run", "--dataset", "blank.jsonl"], "blank.jsonl is empty"),
+        (["--model", "outputs/run", "--dataset", "dta.jsonl"], "dta.jsonl"),
+        (["--model", "outputs/run", "--dataset", "outputs/nothing/"], "outputs/nothing/"),
+        (["--model", "outputs/run", "--dataset", "data.jsonl", "--k", "0"], "--k"),
+        (["--model", "outputs/run", "--dataset", "data.jsonl", "--batch_size", "0"], "--batch_size"),
+        (["--model", "outputs/run", "--dataset", "data.jsonl", "--max_samples", "0"], "--max_samples"),
+        (["--model", "outputs/run", "--dataset", "data.jsonl", "--max_new_tokens", "-1"], "--max_new_tokens"),
+        (["--model", "outputs/run", "--dataset", "data.jsonl", "--top_p", "1.5"], "--top_p"),
+        (["--model", "outputs/run", "--dataset", "data.jsonl", "--temperature", "0"], "--temperature"),
+    ],
+)
+def test_cli_bad_input_stops_at_argparse_naming_the_flag_or_path(saved_model, argv, named, capsys):
+    from dapo_trl.evaluation import main
+
+    (saved_model / "empty.jsonl").write_text("")
+    (saved_model / "blank.jsonl").write_text("\n\n")
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert named in error, error

@@ -213,12 +213,14 @@ def sample_completions(
     batch_size: int = 32,
     seed: int | None = 0,
     progress: bool = False,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[list[str]]:
     """
     Sample `k` completions per prompt with transformers `generate` (left padding, special tokens skipped).
 
-    Chat-message prompts go through the tokenizer's chat template with a generation prompt. `batch_size` counts
-    prompts; each batch holds `batch_size * k` sequences.
+    Prompts are encoded as TRL's `GRPOTrainer` encodes them for training (see [`encode_prompts`]): chat-message
+    prompts through the tokenizer's chat template with a generation prompt (and `chat_template_kwargs`), plain-text
+    prompts as they are. `batch_size` counts prompts; each batch holds `batch_size * k` sequences.
 
     Returns:
         `list[list[str]]`: `k` decoded completions for each prompt, in order.
@@ -230,9 +232,7 @@ def sample_completions(
         raise ValueError(f"k must be >= 1, got {k}.")
     if not do_sample and k > 1:
         logger.warning("Greedy decoding with k=%d yields %d identical completions per prompt.", k, k)
-    texts = [_render_prompt(tokenizer, p) for p in prompts]
-    # a chat template already writes the special tokens; plain prompts get the tokenizer's usual ones (e.g. BOS)
-    add_special_tokens = all(isinstance(p, str) for p in prompts)
+    texts, add_special_tokens = encode_prompts(tokenizer, prompts, chat_template_kwargs=chat_template_kwargs)
     if seed is not None:
         torch.manual_seed(seed)
     previous_side = tokenizer.padding_side
@@ -268,10 +268,37 @@ def sample_completions(
     return out
 
 
-def _render_prompt(tokenizer: Any, prompt: str | list[dict[str, str]]) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    return tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+def encode_prompts(
+    tokenizer: Any,
+    prompts: Sequence[str | list[dict[str, str]]],
+    *,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> tuple[list[str], bool]:
+    """
+    The text the model sees for each prompt, and whether the tokenizer adds its special tokens when encoding it.
+
+    The same rule as TRL's `GRPOTrainer` in training: chat messages go through `apply_chat_template` with
+    `add_generation_prompt=True` and the run's `chat_template_kwargs` (the template writes the special tokens itself),
+    plain text is encoded as it is with the tokenizer's usual special tokens (e.g. a BOS).
+
+    Returns:
+        `tuple[list[str], bool]`: rendered prompts, and `add_special_tokens` for `tokenizer(texts, ...)`.
+    """
+    conversational = [not isinstance(p, str) for p in prompts]
+    if any(conversational) and not all(conversational):
+        raise ValueError("Prompts mix plain text and chat messages; give all of them in one format.")
+    if not any(conversational):
+        return list(prompts), True
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            "The prompts are chat messages but the tokenizer has no chat template; set one on the tokenizer, or "
+            "evaluate plain-text prompts (--chat no) if that is how the model was trained."
+        )
+    kwargs = dict(chat_template_kwargs or {})
+    texts = [
+        tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True, **kwargs) for p in prompts
+    ]
+    return texts, False
 
 
 def _sample_vllm(
@@ -283,6 +310,7 @@ def _sample_vllm(
     temperature: float,
     top_p: float,
     seed: int | None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[list[str]]:  # pragma: no cover - vLLM needs CUDA; this branch is not exercised by the test suite
     from vllm import LLM, SamplingParams
 
@@ -291,7 +319,7 @@ def _sample_vllm(
     if all(isinstance(p, str) for p in prompts):
         results = llm.generate(list(prompts), params)
     else:
-        results = llm.chat([list(p) for p in prompts], params)
+        results = llm.chat([list(p) for p in prompts], params, chat_template_kwargs=chat_template_kwargs or None)
     return [[o.text for o in r.outputs] for r in results]
 
 
@@ -371,13 +399,14 @@ def evaluate(
     k: int = 32,
     temperature: float = 1.0,
     top_p: float = 0.7,
-    max_new_tokens: int = 1024,
+    max_new_tokens: int = 20480,
     backend: str = "auto",
     scorer: Scorer | None = None,
     answer_extractor: Callable[[str], str | None] | None = None,
     answer_equivalent: Callable[[str, str], bool] | None = None,
     tokenizer: Any = None,
     use_chat_template: bool | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
     batch_size: int = 8,
     seed: int | None = 0,
     progress: bool = True,
@@ -386,7 +415,8 @@ def evaluate(
     """
     Sample `k` completions per prompt and report avg@k, pass@k and maj@k.
 
-    DAPO §4.1 reports avg@32 on AIME 2024 at temperature 1.0 and top-p 0.7, the defaults here.
+    The defaults are DAPO §4.1's evaluation: avg@32 at temperature 1.0 and top-p 0.7, with up to 20,480 new tokens
+    (the paper's generation limit, 16,384 + 4,096). Pass the run's own `max_completion_length` for smaller models.
 
     Args:
         model_or_path (`PreTrainedModel` or `str`):
@@ -407,9 +437,17 @@ def evaluate(
             Whether two extracted answers are the same vote. Defaults to `dapo_trl.math_answer.verify`.
         tokenizer (`PreTrainedTokenizerBase`, *optional*):
             Needed with a model object; loaded from the path otherwise.
+        max_new_tokens (`int`, *optional*, defaults to `20480`):
+            New-token limit of each completion (DAPO §4.1: 20,480).
         use_chat_template (`bool`, *optional*):
-            Wrap plain-text prompts in a user message and apply the chat template. Defaults to whether the tokenizer
-            has one.
+            The prompt format the model was trained with. `True`: plain-text prompts become a user message and every
+            prompt goes through the chat template; `False`: chat-message prompts are flattened to their text and
+            nothing is templated (as `load_math_dataset(conversational=False)` does for training). Defaults to the
+            format recorded in the run folder (`dapo_run.json`, see `dapo_trl.run_record`) when `model_or_path` is one,
+            else to whether the tokenizer has a chat template (a guess, logged as such).
+        chat_template_kwargs (`dict`, *optional*):
+            Extra arguments of `apply_chat_template`, as the run's `chat_template_kwargs`. Defaults to the recorded
+            ones, when the run folder has a record.
         batch_size (`int`, *optional*, defaults to `8`):
             Prompts per `generate` call (each with `k` samples).
         return_samples (`bool`, *optional*, defaults to `False`):
@@ -440,11 +478,10 @@ def evaluate(
         tokenizer = AutoTokenizer.from_pretrained(model_or_path)
         if tokenizer.pad_token is None:  # e.g. Llama: batched generation needs a pad token
             tokenizer.pad_token = tokenizer.eos_token
-    if use_chat_template is None:
-        use_chat_template = getattr(tokenizer, "chat_template", None) is not None
-    prompts = [
-        [{"role": "user", "content": p}] if use_chat_template and isinstance(p, str) else p for p in dataset["prompt"]
-    ]
+    use_chat_template, chat_template_kwargs = _prompt_format(
+        model_or_path, tokenizer, use_chat_template, chat_template_kwargs
+    )
+    prompts = [_as_format(p, use_chat_template) for p in dataset["prompt"]]
     answers = [str(a) for a in dataset["answer"]]
 
     logger.info("Sampling %d x %d completions with %s.", len(prompts), k, backend)
@@ -457,6 +494,7 @@ def evaluate(
             temperature=temperature,
             top_p=top_p,
             seed=seed,
+            chat_template_kwargs=chat_template_kwargs,
         )
     else:
         model = model_or_path
@@ -478,6 +516,7 @@ def evaluate(
             batch_size=batch_size,
             seed=seed,
             progress=progress,
+            chat_template_kwargs=chat_template_kwargs,
         )
     correct = [[scorer(c, a) for c in group] for group, a in zip(completions, answers, strict=True)]
     extracted = [[answer_extractor(c) for c in group] for group in completions]
@@ -497,48 +536,151 @@ def evaluate(
     return metrics
 
 
+def _prompt_format(
+    model_or_path: Any, tokenizer: Any, use_chat_template: bool | None, chat_template_kwargs: dict[str, Any] | None
+) -> tuple[bool, dict[str, Any]]:
+    from .run_record import read_run_record
+
+    record = read_run_record(model_or_path) if isinstance(model_or_path, str) else None
+    if record is not None:
+        if use_chat_template is None:
+            use_chat_template = record.prompt_format.conversational
+        if chat_template_kwargs is None:
+            chat_template_kwargs = record.prompt_format.chat_template_kwargs
+    if use_chat_template is None:
+        use_chat_template = getattr(tokenizer, "chat_template", None) is not None
+        if use_chat_template:
+            logger.warning(
+                "No record of the prompt format the model was trained with: applying the tokenizer's chat template "
+                "because it has one. Pass use_chat_template=False if the model was trained on plain-text prompts."
+            )
+    return use_chat_template, dict(chat_template_kwargs or {})
+
+
+def _as_format(prompt: Any, use_chat_template: bool) -> Any:
+    from .data import prompt_text
+
+    if use_chat_template:
+        return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    return prompt if isinstance(prompt, str) else prompt_text(prompt)
+
+
+# Built-in defaults of the command line, used when neither the command line nor the run record gives a value
+# (DAPO §4.1's evaluation: avg@32, temperature 1.0, top-p 0.7, up to 20,480 new tokens).
+CLI_DEFAULTS: dict[str, Any] = {
+    "k": 32,
+    "temperature": 1.0,
+    "top_p": 0.7,
+    "max_new_tokens": 20480,
+    "batch_size": 8,
+    "seed": 0,
+}
+
+
+def build_parser() -> Any:
+    """The evaluation command line's `argparse` parser (no file is touched by parsing alone)."""
+    import argparse
+
+    from ._cli import positive_float, positive_int, probability
+    from .data import DATASET_FORMATS
+
+    parser = argparse.ArgumentParser(
+        prog="python -m dapo_trl.evaluation",
+        description="avg@k / pass@k / maj@k of a saved model on a math dataset. Settings not given here come from "
+        "the run record (dapo_run.json) of the model's run folder, else from DAPO §4.1's evaluation.",
+    )
+    data = parser.add_argument_group("model and data")
+    data.add_argument("--model", required=True, help="Folder of a saved model (a run folder), or a Hub model id.")
+    data.add_argument("--dataset", required=True, help="Local data file or folder, or a Hub dataset id.")
+    data.add_argument("--split", default="train")
+    data.add_argument("--dataset_config", default=None)
+    data.add_argument("--dataset_format", default="auto", choices=DATASET_FORMATS)
+    data.add_argument("--prompt_column", default=None)
+    data.add_argument("--answer_column", default=None)
+    data.add_argument("--no_template", action="store_true", help="Use raw problems, without DAPO's template.")
+    data.add_argument("--max_samples", type=positive_int, default=None, help="Evaluate the first N prompts only.")
+
+    sampling = parser.add_argument_group("sampling (default: the run record's, else DAPO §4.1's)")
+    sampling.add_argument("--k", type=positive_int, default=None, help="Samples per prompt (default 32).")
+    sampling.add_argument("--temperature", type=positive_float, default=None, help="Default 1.0.")
+    sampling.add_argument("--top_p", type=probability, default=None, help="Default 0.7.")
+    sampling.add_argument("--max_new_tokens", type=positive_int, default=None, help="Default 20480 (§4.1).")
+    sampling.add_argument("--batch_size", type=positive_int, default=None, help="Prompts per generate call (8).")
+    sampling.add_argument("--seed", type=int, default=None, help="Default 0.")
+    sampling.add_argument("--backend", default="auto", choices=("auto", "transformers", "vllm"))
+
+    prompt = parser.add_argument_group("prompt format (default: the run record's)")
+    prompt.add_argument(
+        "--chat",
+        default="auto",
+        choices=("auto", "yes", "no"),
+        help="Apply the tokenizer's chat template: auto = as the run trained (its record), else if it has one.",
+    )
+    prompt.add_argument("--system_prompt", default=None, help="System message (default: the run record's).")
+    prompt.add_argument("--ignore_run_record", action="store_true", help="Do not read the model's dapo_run.json.")
+
+    scoring = parser.add_argument_group("scoring and output")
+    scoring.add_argument(
+        "--scorer", default="verifier", choices=("verifier", "exact"), help="Math verifier or exact match."
+    )
+    scoring.add_argument("--output", default=None, help="Write the metrics (and samples) as JSON here.")
+    scoring.add_argument("--save_samples", action="store_true", help="Include every completion in --output.")
+    return parser
+
+
+def parse_cli(argv: Sequence[str] | None = None) -> Any:
+    """
+    Parse and check the command line, then fill the settings it leaves out from the model's run record.
+
+    Every check names the flag or the path: a missing model folder or data file, a mistyped relative path (not sent
+    to the Hub), an empty data file, a count below 1.
+    """
+    from ._cli import check_data_path, check_model_path
+    from .run_record import read_run_record
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for problem in (check_model_path("--model", args.model), check_data_path("--dataset", args.dataset)):
+        if problem:
+            parser.error(problem)
+    record = None
+    if not args.ignore_run_record:
+        try:
+            record = read_run_record(args.model)
+        except ValueError as error:
+            parser.error(str(error))
+    recorded = {} if record is None else vars(record.evaluation)
+    for name, default in CLI_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, recorded.get(name, default))
+    if args.chat == "auto" and record is not None:
+        args.chat = "yes" if record.prompt_format.conversational else "no"
+    if record is not None and args.system_prompt is None:
+        args.system_prompt = record.prompt_format.system_prompt
+    args.chat_template_kwargs = {} if record is None else record.prompt_format.chat_template_kwargs
+    args.run_record = record
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """
-    Command line: evaluate a saved checkpoint on a math dataset.
+    Command line: evaluate a saved model on a math dataset, as the run that trained it evaluated it.
 
     ```
+    python -m dapo_trl.evaluation --model outputs/cpu-demo --dataset outputs/cpu-demo/heldout.jsonl
     python -m dapo_trl.evaluation --model PATH --dataset HuggingFaceH4/aime_2024 --split train --k 32 \\
         --temperature 1.0 --top_p 0.7 --max_new_tokens 20480 --output metrics.json
     ```
     """
-    import argparse
     import json
 
-    from .data import DATASET_FORMATS, load_math_dataset
+    from .data import load_math_dataset
 
-    parser = argparse.ArgumentParser(description="avg@k / pass@k / maj@k of a saved model on a math dataset.")
-    parser.add_argument("--model", required=True, help="Path of a saved model (or a Hub id).")
-    parser.add_argument("--dataset", required=True, help="Hub dataset id or local file/folder.")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--dataset_config", default=None)
-    parser.add_argument("--dataset_format", default="auto", choices=DATASET_FORMATS)
-    parser.add_argument("--prompt_column", default=None)
-    parser.add_argument("--answer_column", default=None)
-    parser.add_argument("--no_template", action="store_true", help="Use raw problems, without DAPO's template.")
-    parser.add_argument("--max_samples", type=int, default=None, help="Evaluate the first N prompts only.")
-    parser.add_argument("--k", type=int, default=32)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top_p", type=float, default=0.7)
-    parser.add_argument("--max_new_tokens", type=int, default=1024)
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", default="auto", choices=("auto", "transformers", "vllm"))
-    parser.add_argument(
-        "--chat", default="auto", choices=("auto", "yes", "no"), help="Apply the tokenizer's chat template."
-    )
-    parser.add_argument(
-        "--scorer", default="verifier", choices=("verifier", "exact"), help="Math verifier or exact match."
-    )
-    parser.add_argument("--output", default=None, help="Write the metrics (and samples) as JSON here.")
-    parser.add_argument("--save_samples", action="store_true", help="Include every completion in --output.")
-    args = parser.parse_args(argv)
+    args = parse_cli(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-
+    if args.run_record is not None:
+        logger.info("Settings not given on the command line come from %s.", args.run_record.path)
+    chat = {"auto": None, "yes": True, "no": False}[args.chat]
     dataset = load_math_dataset(
         args.dataset,
         split=args.split,
@@ -547,6 +689,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         prompt_column=args.prompt_column,
         answer_column=args.answer_column,
         apply_template=False if args.no_template else None,
+        conversational=bool(chat),
+        system_prompt=args.system_prompt,
         max_samples=args.max_samples,
     )
     exact = args.scorer == "exact"
@@ -561,7 +705,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         scorer=exact_match_scorer if exact else None,
         answer_extractor=extract_answer_line if exact else None,
         answer_equivalent=(lambda a, b: _normalize(a) == _normalize(b)) if exact else None,
-        use_chat_template={"auto": None, "yes": True, "no": False}[args.chat],
+        use_chat_template=chat,
+        chat_template_kwargs=args.chat_template_kwargs,
         batch_size=args.batch_size,
         seed=args.seed,
         return_samples=args.save_samples,

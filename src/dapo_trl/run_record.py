@@ -1,0 +1,116 @@
+"""
+What a training run writes next to its model so that evaluation reads the model the way it was trained.
+
+`examples/train_math.py` writes `dapo_run.json` into its output folder before training:
+
+- `prompt_format`: how a dataset row's prompt became model input: plain text tokenised as it is, or chat messages
+  through the tokenizer's chat template (with the run's `chat_template_kwargs`), and the system prompt if any;
+- `evaluation`: the sampling settings of the run's own evaluation (k, temperature, top-p, new-token limit, batch size,
+  seed, reward rule), so that `python -m dapo_trl.evaluation --model RUN_FOLDER` measures what the run measured;
+- `heldout`: for the CPU demo, the name of the held-out file written next to it.
+
+`python -m dapo_trl.evaluation` reads it from the model folder, or from the folder above (a `checkpoint-N` inside the
+run folder), and uses it for every setting not given on its command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RUN_RECORD_FILE = "dapo_run.json"
+
+
+@dataclass
+class PromptFormat:
+    """
+    How training turned a row's prompt into model input; evaluation must do the same.
+
+    Args:
+        conversational (`bool`, *optional*, defaults to `False`):
+            Prompts were chat messages rendered with the tokenizer's chat template (with a generation prompt), as
+            verl does; otherwise plain text tokenised as it is.
+        system_prompt (`str`, *optional*):
+            A system message before the user message (conversational), or text before the prompt (plain).
+        chat_template_kwargs (`dict`, *optional*):
+            Extra keyword arguments of `apply_chat_template` (TRL's `chat_template_kwargs`).
+    """
+
+    conversational: bool = False
+    system_prompt: str | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        kind = "chat template" if self.conversational else "plain text, no chat template"
+        return kind + (", with a system prompt" if self.system_prompt else "")
+
+
+@dataclass
+class EvalSettings:
+    """Sampling settings of a run's own evaluation (see `dapo_trl.evaluation.evaluate`)."""
+
+    k: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    batch_size: int = 8
+    seed: int | None = 0
+    reward_rule: str = "equivalence"
+
+
+@dataclass
+class RunRecord:
+    prompt_format: PromptFormat
+    evaluation: EvalSettings
+    heldout: str | None = None
+    path: str | None = field(default=None, compare=False)  # where it was read from
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("path")
+        return out
+
+
+def write_run_record(output_dir: str, record: RunRecord) -> str:
+    """Write `record` as `output_dir/dapo_run.json` and return the file's path."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, RUN_RECORD_FILE)
+    with open(path, "w") as f:
+        json.dump(record.to_dict(), f, indent=2)
+        f.write("\n")
+    return path
+
+
+def read_run_record(model_path: str) -> RunRecord | None:
+    """
+    The record of the run that produced `model_path` (its folder, or the folder above for a checkpoint), or `None`.
+
+    Raises:
+        `ValueError`: the file exists but is not a run record (the message names the file).
+    """
+    if not os.path.isdir(model_path):
+        return None
+    for folder in (model_path, os.path.dirname(os.path.abspath(model_path))):
+        path = os.path.join(folder, RUN_RECORD_FILE)
+        if os.path.isfile(path):
+            return _parse(path)
+    return None
+
+
+def _parse(path: str) -> RunRecord:
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+        return RunRecord(
+            prompt_format=PromptFormat(**raw["prompt_format"]),
+            evaluation=EvalSettings(**raw["evaluation"]),
+            heldout=raw.get("heldout"),
+            path=path,
+        )
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ValueError(
+            f"{path} is not a readable run record ({type(error).__name__}: {error}); delete it or pass every "
+            "evaluation setting (--chat, --k, --temperature, --top_p, --max_new_tokens) on the command line."
+        ) from None
