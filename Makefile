@@ -1,4 +1,6 @@
 # The two set-up commands of the README: `make demo` (the main job on its embedded CPU default) and `make test`.
+# `make demo` installs the `plot` extra: the demo's run folder holds training_curves.png, which needs matplotlib
+# (tests/test_train_math.py checks that the installed extras bring it).
 # TORCH pins the CPU build on machines without a GPU; on a machine whose pip would fetch CUDA wheels, add
 # TORCH_INDEX="--extra-index-url https://download.pytorch.org/whl/cpu". On a GPU machine, install your CUDA torch
 # first and run `make demo TORCH=`.
@@ -12,7 +14,7 @@ export HF_HUB_DISABLE_TELEMETRY ?= 1
 .PHONY: install install-dev demo test test-fast lint format bench
 
 install:
-	$(PYTHON) -m pip install -q $(TORCH_INDEX) $(TORCH) -e .
+	$(PYTHON) -m pip install -q $(TORCH_INDEX) $(TORCH) -e ".[plot]"
 
 install-dev:
 	$(PYTHON) -m pip install -q $(TORCH_INDEX) $(TORCH) -e ".[dev]"

@@ -10,49 +10,70 @@ Launch:
 accelerate launch examples/train_math.py                                              # CPU demo (embedded default)
 accelerate launch examples/train_math.py --config configs/cpu_demo.yaml               # the same, from YAML
 accelerate launch examples/train_math.py --config configs/smoke.yaml                  # seconds, for a quick check
-# one GPU, vLLM colocated
-accelerate launch examples/train_math.py --config configs/dapo_qwen2.5_1.5b.yaml --vllm_mode colocate
+# the batch a recipe trains on 64 processes, without loading anything
+python examples/train_math.py --config configs/dapo_qwen2.5_32b.yaml --print_plan --num_processes 64
+# one GPU, vLLM colocated, with the 1.5B recipe's batch plan (written for 7 processes)
+accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 1 examples/train_math.py \
+    --config configs/dapo_qwen2.5_1.5b.yaml --vllm_mode colocate --vllm_gpu_memory_utilization 0.3 \
+    --gradient_accumulation_steps 28 --steps_per_generation 112
 # one 8-GPU node: a vLLM server on GPU 7, training on GPUs 0-6
-CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model Qwen/Qwen2.5-7B &
-CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6 accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 7 \
+CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model Qwen/Qwen2.5-7B --max_model_len 10240 &
+CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6 accelerate launch --config_file configs/accelerate/zero3.yaml --num_processes 7 \
     examples/train_math.py --config configs/dapo_qwen2.5_7b.yaml
 ```
 Multi-node: add `--num_machines N --machine_rank R --main_process_ip HOST` to `accelerate launch` and point
-`vllm_server_host` at the server.
+`vllm_server_host` at the server. Each recipe states the batch plan it was written for (`recipe_*` keys); a run whose
+plan differs warns at start with the settings that restore it.
 
-Departures from the paper in the CPU demo (the GPU configs follow §4.1): a 0.4M-parameter model instead of
-Qwen2.5-32B, a synthetic task instead of DAPO-Math-17k, a supervised warm-up first (from random weights every group
-is all-wrong and nothing can be learned), 8 samples per prompt instead of 16, and a learning rate suited to a tiny
-model (1e-6 would not move it).
+Departures from the paper in the CPU demo (the paper recipe is configs/dapo_qwen2.5_32b.yaml; the README's "paper
+recipe" table lists where it and verl's differ): a 0.34M-parameter model instead of Qwen2.5-32B, a synthetic task
+instead of DAPO-Math-17k, a supervised warm-up first (from random weights every group is all-wrong and nothing can be
+learned), 8 samples per prompt instead of 16, 4 updates per rollout step instead of 16, and a learning rate suited to a
+tiny model (1e-6 would not move it).
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import logging
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
+from dapo_trl.plan import batch_plan, format_plan, recipe_advice
 from dapo_trl.plotting import plot_training_curves, save_log_history
+from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
 
 logger = logging.getLogger("train_math")
 
 
 @dataclass
 class MathScriptArguments(ScriptArguments):
-    """Data and evaluation settings. Without `dataset_name` and `model_name_or_path`, the CPU demo runs."""
+    """Data, evaluation and planning settings. Without `dataset_name` and `model_name_or_path`, the CPU demo runs."""
 
     dataset_name: str | None = field(default=None, metadata={"help": "Hub id or local file of the training set."})
     prompt_column: str | None = field(default=None, metadata={"help": "Prompt/problem column (format default)."})
     answer_column: str | None = field(default=None, metadata={"help": "Answer column; dotted paths read dicts."})
-    conversational: bool = field(default=False, metadata={"help": "Build chat-message prompts from raw problems."})
+    conversational: bool = field(
+        default=False,
+        metadata={
+            "help": "Prompts as chat messages through the tokenizer's chat template (verl's way); else raw text."
+        },
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "System message before each prompt."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
+    reward_rule: str = field(
+        default="equivalence",
+        metadata={"help": "MathVerifierReward's rule: 'equivalence' (default) or 'dapo' (the paper's exact match)."},
+    )
     eval_dataset_name: str | None = field(
         default=None, metadata={"help": "Evaluation set, e.g. HuggingFaceH4/aime_2024."}
     )
@@ -61,9 +82,29 @@ class MathScriptArguments(ScriptArguments):
     eval_temperature: float = field(default=1.0, metadata={"help": "Evaluation temperature (paper: 1.0)."})
     eval_top_p: float = field(default=0.7, metadata={"help": "Evaluation top-p (paper: 0.7)."})
     eval_max_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N problems."})
+    # Batch plan
+    print_plan: bool = field(default=False, metadata={"help": "Print the batch plan and exit; loads no model."})
+    num_processes: int | None = field(
+        default=None, metadata={"help": "With --print_plan: plan for N training processes (default: this launch's)."}
+    )
+    recipe_num_processes: int | None = field(default=None, metadata={"help": "Processes the recipe is written for."})
+    recipe_prompts_per_rollout: int | None = field(
+        default=None, metadata={"help": "The recipe's prompts per rollout step; a run that differs warns."}
+    )
+    recipe_completions_per_update: int | None = field(
+        default=None, metadata={"help": "The recipe's completions per optimizer update; a run that differs warns."}
+    )
+    console: str = field(
+        default="auto",
+        metadata={
+            "help": "'bar': progress bar with a few metrics (all of them go to metrics.jsonl); 'full': TRL's metrics "
+            "dict at every log; 'auto': bar for the CPU demo, full otherwise.",
+            "choices": ("auto", "bar", "full"),
+        },
+    )
     # CPU demo only
     demo_train_size: int = field(default=4000, metadata={"help": "Demo: synthetic training problems."})
-    demo_test_size: int = field(default=200, metadata={"help": "Demo: held-out problems."})
+    demo_test_size: int = field(default=200, metadata={"help": "Demo: held-out problems drawn (repeats dropped)."})
     demo_sft_steps: int = field(default=1200, metadata={"help": "Demo: supervised warm-up steps."})
     demo_eval_samples: int = field(default=4, metadata={"help": "Demo: samples per held-out problem."})
 
@@ -73,7 +114,7 @@ CPU_DEMO: dict = {
     "output_dir": "outputs/cpu-demo",
     "use_cpu": True,
     "bf16": False,
-    "gradient_checkpointing": False,
+    "activation_checkpointing": False,
     "ddp_find_unused_parameters": False,
     "report_to": "none",
     "seed": 0,
@@ -86,6 +127,9 @@ CPU_DEMO: dict = {
     "per_device_train_batch_size": 64,
     "gradient_accumulation_steps": 1,
     "steps_per_generation": 4,  # > gradient_accumulation_steps: the ratio moves, so clip-higher acts
+    "recipe_num_processes": 1,
+    "recipe_prompts_per_rollout": 32,
+    "recipe_completions_per_update": 64,
     "temperature": 1.0,
     "top_p": 1.0,
     "max_completion_length": 28,  # the longest well-formed completion is 21 tokens
@@ -107,29 +151,135 @@ CPU_DEMO: dict = {
     "demo_eval_samples": 8,
 }
 
+# What the README promises in the demo's run folder besides the model and tokenizer (a test checks the README names
+# exactly these, and the demo fails if one is missing at the end).
+DEMO_ARTEFACTS = ("metrics.jsonl", "training_curves.png", "eval_summary.json", "heldout.jsonl", "dapo_run.json")
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+HELDOUT_FILE = "heldout.jsonl"
 
-def parse_args(argv: list[str] | None = None):
+# Counts that must be at least 1: a 0 on the command line stops at argparse, naming the flag.
+POSITIVE_INT_FLAGS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "num_generations",
+    "num_iterations",
+    "max_completion_length",
+    "max_train_samples",
+    "eval_k",
+    "eval_max_samples",
+    "num_processes",
+    "recipe_num_processes",
+    "recipe_prompts_per_rollout",
+    "recipe_completions_per_update",
+    "demo_train_size",
+    "demo_test_size",
+    "demo_eval_samples",
+)
+
+
+def build_parser() -> TrlParser:
+    from dapo_trl._cli import positive_int
+
     parser = TrlParser((MathScriptArguments, DAPOConfig, ModelConfig))
-    argv = sys.argv[1:] if argv is None else argv
+    # the generated usage lists every field (hundreds of lines) above each error message
+    parser.usage = "%(prog)s [--config YAML] [--FIELD VALUE ...]   (--help lists every field)"
+    for action in parser._actions:
+        if action.dest in POSITIVE_INT_FLAGS:
+            action.type = positive_int
+    return parser
+
+
+def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
+    parser = parser or build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
         return parser.parse_dict(CPU_DEMO)
+    if _wants_plan(argv):
+        # The plan does not depend on the device: build the config as on a CPU so that it parses on any machine.
+        argv += ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
     return parser.parse_args_and_config(argv)
 
 
+def _wants_plan(argv: list[str]) -> bool:
+    from transformers.hf_argparser import string_to_bool
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--print_plan", type=string_to_bool, nargs="?", const=True, default=False)
+    return bool(pre.parse_known_args(argv)[0].print_plan)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    script_args, training_args, model_args = parse_args(argv)
+    parser = build_parser()
+    script_args, training_args, model_args = parse_args(argv, parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if script_args.dataset_name is None and model_args.model_name_or_path is None:
+    if script_args.print_plan:
+        return print_plan(script_args, training_args)
+    demo = script_args.dataset_name is None and model_args.model_name_or_path is None
+    if not demo:
+        check_paths(parser, script_args, model_args)
+    warn_if_plan_differs(script_args, training_args)
+    if demo:
         return run_demo(script_args, training_args)
     return run_real(script_args, training_args, model_args)
+
+
+def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args: ModelConfig) -> None:
+    """Stop at argparse level when a model or data path cannot be what the user meant (see `dapo_trl._cli`)."""
+    from dapo_trl._cli import check_data_path, check_model_path
+
+    if script_args.dataset_name is None or model_args.model_name_or_path is None:
+        parser.error("give both --model_name_or_path and --dataset_name (or neither, for the CPU demo).")
+    problems = [
+        check_model_path("--model_name_or_path", model_args.model_name_or_path),
+        check_data_path("--dataset_name", script_args.dataset_name),
+    ]
+    if script_args.eval_dataset_name:
+        problems.append(check_data_path("--eval_dataset_name", script_args.eval_dataset_name))
+    for problem in problems:
+        if problem:
+            parser.error(problem)
+
+
+# ------------------------------------------------------------------------------------------------------- batch plan
+
+
+def print_plan(script_args: MathScriptArguments, training_args: DAPOConfig) -> dict:
+    processes = script_args.num_processes or training_args.world_size
+    plan = batch_plan(training_args, processes)
+    if training_args.process_index == 0:
+        print(format_plan(plan, recipe=_recipe_plan(script_args)))
+    return {"plan": plan}
+
+
+def warn_if_plan_differs(script_args: MathScriptArguments, training_args: DAPOConfig) -> None:
+    advice = recipe_advice(batch_plan(training_args, training_args.world_size), **_recipe_plan(script_args))
+    if advice and training_args.process_index == 0:
+        logger.warning(advice[0].upper() + advice[1:] + " (`--print_plan` shows the whole plan.)")
+
+
+def _recipe_plan(script_args: MathScriptArguments) -> dict:
+    return {
+        "prompts_per_rollout": script_args.recipe_prompts_per_rollout,
+        "completions_per_update": script_args.recipe_completions_per_update,
+        "num_processes": script_args.recipe_num_processes,
+    }
 
 
 # --------------------------------------------------------------------------------------------------------- CPU demo
 
 
 def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dict:
+    from dapo_trl.evaluation import _verifier_scorer
     from dapo_trl.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
 
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit(
+            "The CPU demo writes training_curves.png, which needs matplotlib: pip install 'dapo-trl[plot]' "
+            "(`make demo` installs it)."
+        )
+    # a deprecation inside TRL's step that the user cannot act on; it would sit under the progress bar
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     torch.manual_seed(training_args.seed)
     if not torch.cuda.is_available():
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -137,25 +287,50 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, seed=training_args.seed)
     train_set = make_math_dataset(script_args.demo_train_size, seed=training_args.seed)
-    test_set = make_math_dataset(script_args.demo_test_size, seed=training_args.seed, split="test")
+    test_set = _distinct(make_math_dataset(script_args.demo_test_size, seed=training_args.seed, split="test"))
+    # the evaluation CLI reproduces the "after" accuracy from these files: same rows, prompt format and sampling
+    record = RunRecord(
+        prompt_format=PromptFormat(conversational=False),
+        evaluation=EvalSettings(
+            k=script_args.demo_eval_samples,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=training_args.max_completion_length,
+            batch_size=64,
+            seed=training_args.seed,
+            reward_rule=script_args.reward_rule,
+        ),
+        heldout=HELDOUT_FILE,
+    )
+    if training_args.process_index == 0:
+        write_run_record(training_args.output_dir, record)
+        with open(os.path.join(training_args.output_dir, HELDOUT_FILE), "w") as f:
+            for row in test_set.select_columns(["prompt", "answer", "difficulty"]):
+                f.write(json.dumps(row) + "\n")
 
     warmup_sft(model, tokenizer, train_set, steps=script_args.demo_sft_steps, seed=training_args.seed)
     warmup_seconds = time.perf_counter() - started
+    settings = record.evaluation
     measure = dict(
-        num_samples=script_args.demo_eval_samples,
-        max_new_tokens=training_args.max_completion_length,
-        seed=training_args.seed,
+        num_samples=settings.k,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=settings.batch_size,
+        seed=settings.seed,
+        scorer=_verifier_scorer,
     )
     before = accuracy_report(model, tokenizer, test_set, **measure)
     logger.info(f"after warm-up: held-out sampled accuracy {before['accuracy']:.3f}")
 
     trainer = DAPOTrainer(
         model=model,
-        reward_funcs=MathVerifierReward(answer_column="answer"),
+        reward_funcs=build_reward(script_args),
         args=training_args,
         train_dataset=train_set,
         processing_class=tokenizer,
     )
+    use_console(trainer, script_args, demo=True)
     rl_started = time.perf_counter()
     trainer.train()
     rl_seconds = time.perf_counter() - rl_started
@@ -165,6 +340,8 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
         "task": "synthetic arithmetic (CPU demo)",
         "accuracy_before_rl": before["accuracy"],
         "accuracy_after_rl": after["accuracy"],
+        "heldout_problems": len(test_set),
+        "samples_per_problem": settings.k,
         "before": before,
         "after": after,
         "warmup_seconds": round(warmup_seconds, 1),
@@ -172,18 +349,61 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
         "optimizer_steps": trainer.state.global_step,
     }
     finish(trainer, summary)
+    missing = [
+        name
+        for name in (*MODEL_FILES, *DEMO_ARTEFACTS)
+        if not os.path.exists(os.path.join(training_args.output_dir, name))
+    ]
+    if missing and training_args.process_index == 0:
+        raise RuntimeError(f"The demo did not write {missing} into {training_args.output_dir}.")
     return summary
 
 
+def _distinct(dataset):
+    """Drop repeated problems (the 1+1-digit level has few held-out ones): each problem counts once."""
+    first: dict[str, int] = {}
+    for index, prompt in enumerate(dataset["prompt"]):
+        first.setdefault(prompt, index)
+    return dataset.select(sorted(first.values()))
+
+
 # --------------------------------------------------------------------------------------------------------- real data
+
+
+def load_training_set(script_args: MathScriptArguments):
+    """The training rows, with prompts in the run's format (`conversational`, `system_prompt`)."""
+    from dapo_trl.data import load_math_dataset
+
+    return load_math_dataset(
+        script_args.dataset_name,
+        split=script_args.dataset_train_split,
+        config_name=script_args.dataset_config,
+        prompt_column=script_args.prompt_column,
+        answer_column=script_args.answer_column,
+        conversational=script_args.conversational,
+        system_prompt=script_args.system_prompt,
+        max_samples=script_args.max_train_samples,
+    )
+
+
+def build_reward(script_args: MathScriptArguments) -> MathVerifierReward:
+    if script_args.reward_rule == "equivalence":  # the default: no keyword, so older MathVerifierReward works too
+        return MathVerifierReward(answer_column="answer")
+    try:
+        return MathVerifierReward(answer_column="answer", rule=script_args.reward_rule)
+    except TypeError:
+        raise ValueError(
+            f"--reward_rule {script_args.reward_rule}: this dapo-trl's MathVerifierReward has no `rule` argument; "
+            "only the default 'equivalence' rule is available."
+        ) from None
 
 
 def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig) -> dict:
     from dapo_trl.data import load_math_dataset
     from dapo_trl.evaluation import evaluate
 
-    if script_args.dataset_name is None or model_args.model_name_or_path is None:
-        raise ValueError("Give both --model_name_or_path and --dataset_name (or neither, for the CPU demo).")
+    if importlib.util.find_spec("matplotlib") is None:
+        logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png.")
     dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
@@ -191,22 +411,18 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
         "dtype": dtype,
         **(training_args.model_init_kwargs or {}),
     }
-    train_set = load_math_dataset(
-        script_args.dataset_name,
-        split=script_args.dataset_train_split,
-        config_name=script_args.dataset_config,
-        prompt_column=script_args.prompt_column,
-        answer_column=script_args.answer_column,
-        conversational=script_args.conversational,
-        max_samples=script_args.max_train_samples,
-    )
+    record = make_run_record(script_args, training_args)
+    if training_args.process_index == 0:
+        write_run_record(training_args.output_dir, record)
+    reward = build_reward(script_args)
     trainer = DAPOTrainer(
         model=model_args.model_name_or_path,
-        reward_funcs=MathVerifierReward(answer_column="answer"),
+        reward_funcs=reward,
         args=training_args,
-        train_dataset=train_set,
+        train_dataset=load_training_set(script_args),
         peft_config=get_peft_config(model_args),
     )
+    use_console(trainer, script_args, demo=False)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     summary: dict = {"task": script_args.dataset_name, "optimizer_steps": trainer.state.global_step}
     if script_args.eval_dataset_name:
@@ -214,19 +430,67 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
             script_args.eval_dataset_name,
             split=script_args.eval_split,
             conversational=script_args.conversational,
+            system_prompt=script_args.system_prompt,
             max_samples=script_args.eval_max_samples,
         )
         summary["eval"] = evaluate(
             trainer.model,
             eval_set,
+            k=record.evaluation.k,
+            temperature=record.evaluation.temperature,
+            top_p=record.evaluation.top_p,
+            max_new_tokens=record.evaluation.max_new_tokens,
+            batch_size=record.evaluation.batch_size,
+            seed=record.evaluation.seed,
+            tokenizer=trainer.processing_class,
+            use_chat_template=record.prompt_format.conversational,
+            chat_template_kwargs=record.prompt_format.chat_template_kwargs,
+            scorer=None if script_args.reward_rule == "equivalence" else _reward_scorer(reward),
+        )
+    finish(trainer, summary)
+    return summary
+
+
+def make_run_record(script_args: MathScriptArguments, training_args: DAPOConfig) -> RunRecord:
+    """The prompt format and evaluation settings of a run, written to its folder for `dapo_trl.evaluation`."""
+    return RunRecord(
+        prompt_format=PromptFormat(
+            conversational=script_args.conversational,
+            system_prompt=script_args.system_prompt,
+            chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
+        ),
+        evaluation=EvalSettings(
             k=script_args.eval_k,
             temperature=script_args.eval_temperature,
             top_p=script_args.eval_top_p,
             max_new_tokens=training_args.max_completion_length,
-            tokenizer=trainer.processing_class,
-        )
-    finish(trainer, summary)
-    return summary
+            seed=training_args.seed,
+            reward_rule=script_args.reward_rule,
+        ),
+    )
+
+
+def _reward_scorer(reward: MathVerifierReward):
+    """Score evaluation samples with the training reward's rule (a non-default `reward_rule`)."""
+
+    def scorer(completion: str, answer: str) -> bool:
+        return reward([completion], answer=[answer])[0] == reward.correct_reward
+
+    return scorer
+
+
+# ---------------------------------------------------------------------------------------------------------- outputs
+
+
+def use_console(trainer: DAPOTrainer, script_args: MathScriptArguments, *, demo: bool) -> None:
+    """`console='bar'` (the demo's default): a progress bar with a few metrics instead of a dict per log."""
+    from transformers.trainer_callback import ProgressCallback
+
+    from dapo_trl.console import ConciseProgressCallback
+
+    if script_args.console == "bar" or (script_args.console == "auto" and demo):
+        if trainer.pop_callback(ProgressCallback) is not None:
+            trainer.add_callback(ConciseProgressCallback())
 
 
 def finish(trainer: DAPOTrainer, summary: dict) -> None:
@@ -247,34 +511,45 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
     print(format_summary(trainer, summary))
 
 
+# (logged metric, label) of the summary's last-logged line
+SUMMARY_METRICS = (
+    ("dynamic_sampling/informative_frac", "informative groups"),
+    ("dynamic_sampling/rounds", "rounds per step"),
+    ("entropy", "entropy"),
+    ("clip_ratio/high_mean", "high-clipped tokens"),
+    ("completions/mean_length", "mean length"),
+)
+
+
 def format_summary(trainer: DAPOTrainer, summary: dict) -> str:
     history = trainer.state.log_history
-    last = {k: v for entry in history for k, v in entry.items()}
-    lines = ["", "=" * 72, f"dapo-trl: {summary['task']}", "-" * 72]
+    last = {k: v for entry in history for k, v in entry.items() if v is not None}
+    out = trainer.args.output_dir
+    rows = []
     if "accuracy_before_rl" in summary:
-        lines.append(
-            f"held-out sampled accuracy   {summary['accuracy_before_rl']:.3f} -> {summary['accuracy_after_rl']:.3f}"
-            f"   (after warm-up -> after DAPO)"
+        rows.append(
+            (
+                "held-out accuracy",
+                f"{summary['accuracy_before_rl']:.3f} -> {summary['accuracy_after_rl']:.3f}   (after warm-up -> after "
+                f"DAPO; {summary['heldout_problems']} problems x {summary['samples_per_problem']} samples)",
+            )
         )
-        lines.append(
-            f"time                        warm-up {summary['warmup_seconds']}s, DAPO {summary['rl_seconds']}s"
-        )
+        rows.append(("time", f"warm-up {summary['warmup_seconds']} s, DAPO {summary['rl_seconds']} s"))
     for name, value in summary.get("eval", {}).items():
         if isinstance(value, float):
-            lines.append(f"{name:<28}{value:.4f}")
-    lines.append(f"optimizer steps             {summary['optimizer_steps']}")
-    for key in (
-        "dynamic_sampling/informative_frac",
-        "dynamic_sampling/rounds",
-        "dynamic_sampling/prompts_consumed",
-        "entropy",
-        "clip_ratio/high_mean",
-        "completions/mean_length",
-    ):
-        if key in last and last[key] is not None:
-            lines.append(f"{key:<36}{last[key]:.4g}   (last logged)")
-    lines.append(f"outputs                     {trainer.args.output_dir}")
-    lines.append("=" * 72)
+            rows.append((name, f"{value:.4f}"))
+    rows.append(("optimizer steps", str(summary["optimizer_steps"])))
+    logged = [f"{label} {last[key]:.3g}" for key, label in SUMMARY_METRICS if isinstance(last.get(key), int | float)]
+    if logged:
+        rows.append(("last logged", " | ".join(logged)))
+    rows.append(("run folder", f"{out}  (every metric: metrics.jsonl; curves: training_curves.png)"))
+    if "accuracy_before_rl" in summary:
+        heldout = os.path.join(out, HELDOUT_FILE)
+        rows.append(("re-evaluate", f"python -m dapo_trl.evaluation --model {out} --dataset {heldout}"))
+    width = 72
+    lines = ["", "=" * width, f"dapo-trl: {summary['task']}", "-" * width]
+    lines += [f"{name:<20}{value}" for name, value in rows]
+    lines.append("=" * width)
     return "\n".join(lines)
 
 

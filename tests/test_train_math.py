@@ -2,11 +2,17 @@
 
 import importlib.util
 import json
+import re
+import shutil
+import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+
+from dapo_trl.evaluation import main as evaluation_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,13 +41,15 @@ def test_no_arguments_parse_to_the_demo():
     assert training_args.steps_per_generation > training_args.gradient_accumulation_steps  # clip-higher can act
 
 
-def test_half_specified_run_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="both --model_name_or_path and --dataset_name"):
+def test_half_specified_run_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
         train_math.main(["--output_dir", str(tmp_path), "--use_cpu", "--dataset_name", "x.jsonl"])
+    assert "both --model_name_or_path and --dataset_name" in capsys.readouterr().err
 
 
-def assert_outputs(out: Path):
-    for name in ("metrics.jsonl", "training_curves.png", "eval_summary.json", "config.json"):
+def assert_outputs(out: Path, *, demo: bool = False):
+    names = (*train_math.MODEL_FILES, *train_math.DEMO_ARTEFACTS) if demo else ("metrics.jsonl", "config.json")
+    for name in (*names, "training_curves.png", "eval_summary.json", "dapo_run.json"):
         assert (out / name).exists(), name
     entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     logged = set().union(*entries)
@@ -77,6 +85,9 @@ def test_real_data_path_on_local_files(tmp_path):
     assert {"avg@2", "pass@1", "pass@2", "maj@2"} <= set(summary["eval"])
     assert summary["eval"]["num_prompts"] == 4
     assert_outputs(out)
+    record = json.loads((out / "dapo_run.json").read_text())
+    assert record["prompt_format"] == {"conversational": False, "system_prompt": None, "chat_template_kwargs": {}}
+    assert record["evaluation"]["k"] == 2 and record["evaluation"]["max_new_tokens"] == 8
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
@@ -105,7 +116,230 @@ def test_cpu_demo_learns(tmp_path):
     assert summary["optimizer_steps"] == train_math.CPU_DEMO["max_steps"]
     assert summary["accuracy_after_rl"] >= summary["accuracy_before_rl"] + 0.04, summary
     assert 0.2 < summary["accuracy_before_rl"] < 0.7, "the warm-up must leave accuracy mixed"
-    assert_outputs(out)
+    assert_outputs(out, demo=True)
+    # the evaluation command line, given the run folder and its held-out file, measures the same accuracy
+    metrics = evaluation_main(["--model", str(out), "--dataset", str(out / "heldout.jsonl")])
+    assert metrics["avg@8"] == summary["accuracy_after_rl"]
+    assert metrics["num_prompts"] == summary["heldout_problems"]
     entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     informative = [e["dynamic_sampling/informative_frac"] for e in entries if "dynamic_sampling/informative_frac" in e]
     assert len(informative) >= 10 and all(0 < f < 1 for f in informative)  # dynamic sampling had work to do
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The demo's run folder: what the README promises, read back by the evaluation command line
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def readme_demo_files() -> set[str]:
+    """The file names in the README's table of what `make demo` writes (the table after "writes into")."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("`make demo` runs the main job")
+    table = readme[start : readme.index("\n\n", readme.index("| file", start))]
+    return set(re.findall(r"`([\w.-]+\.(?:json|jsonl|png|safetensors))`", table))
+
+
+def test_readme_names_every_demo_artefact():
+    """The README's list and the demo's own end-of-run check (DEMO_ARTEFACTS) must be the same files."""
+    assert readme_demo_files() == {*train_math.MODEL_FILES, *train_math.DEMO_ARTEFACTS}
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_demo_installs_what_the_demo_needs():
+    """`make demo` must install the extra that brings matplotlib, or the run folder has no training_curves.png."""
+    commands = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    install = next(line for line in commands.splitlines() if "pip install" in line)
+    extras = set(re.findall(r"-e \"?\.\[([\w,]+)\]", install)[0].split(",")) if "[" in install else set()
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    installed = list(declared["dependencies"]) + [r for e in extras for r in declared["optional-dependencies"][e]]
+    assert any(r.startswith("matplotlib") for r in installed), install
+    assert "examples/train_math.py" in commands
+
+
+@pytest.mark.integration
+def test_demo_run_is_reproduced_by_the_evaluation_cli(tmp_path):
+    """
+    A short demo run (configs/smoke.yaml) writes its held-out set and run record; the evaluation command line given
+    only the folder and that file samples exactly the completions the run scored (same tokenizer, prompts, sampling),
+    so accuracy, lengths and missing answers agree to the last digit. ~15 s.
+    """
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "demo"
+    summary = train_math.main(["--config", str(ROOT / "configs" / "smoke.yaml"), "--output_dir", str(out)])
+    assert_outputs(out, demo=True)
+    record = json.loads((out / "dapo_run.json").read_text())
+    assert record["heldout"] == "heldout.jsonl" and record["evaluation"]["k"] == 2
+    rows = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
+    assert len(rows) == summary["heldout_problems"] == len({r["prompt"] for r in rows})
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert (
+        type(tokenizer).__name__ == "Qwen2Tokenizer" and tokenizer.decode(tokenizer("a b\nc")["input_ids"]) == "a b\nc"
+    )
+    metrics = evaluation_main(["--model", str(out), "--dataset", str(out / "heldout.jsonl")])
+    after = summary["after"]
+    assert metrics["k"] == 2 and metrics["num_prompts"] == len(rows)
+    assert metrics["avg@2"] == summary["accuracy_after_rl"]
+    assert metrics["mean_completion_chars"] == after["mean_completion_chars"]
+    assert metrics["no_answer_frac"] == after["truncated_frac"]
+
+
+def test_demo_stops_early_without_matplotlib(monkeypatch, tmp_path):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)
+    )
+    with pytest.raises(SystemExit, match=r"dapo-trl\[plot\]"):
+        train_math.main(["--config", str(ROOT / "configs" / "smoke.yaml"), "--output_dir", str(tmp_path)])
+    assert not (tmp_path / "heldout.jsonl").exists()  # stopped before doing anything
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Batch plan
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_print_plan_loads_no_model(monkeypatch, capsys):
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("--print_plan must not load a model")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(train_math.DAPOTrainer, "__init__", refuse)
+    config = str(ROOT / "configs" / "dapo_qwen2.5_32b.yaml")  # bf16 on a machine without a GPU: parses all the same
+    result = train_math.main(["--config", config, "--print_plan", "--num_processes", "64"])
+    printed = capsys.readouterr().out
+    assert result["plan"].num_processes == 64
+    assert "256 prompts x 16 samples = 4096 completions" in printed
+    assert "--gradient_accumulation_steps 8 --steps_per_generation 128" in printed
+    train_math.main(["--config", config, "--print_plan", "--num_processes", "128"])
+    printed = capsys.readouterr().out
+    assert "512 prompts x 16 samples" in printed and "differs from DAPO §4.1    nothing" in printed
+
+
+def test_a_run_whose_plan_differs_from_its_recipe_warns(caplog):
+    smoke = str(ROOT / "configs" / "smoke.yaml")
+    script_args, training_args, _ = train_math.parse_args(["--config", smoke, "--per_device_train_batch_size", "4"])
+    with caplog.at_level("WARNING", logger="train_math"):
+        train_math.warn_if_plan_differs(script_args, training_args)
+    assert "--gradient_accumulation_steps 2 --steps_per_generation 4" in caplog.text
+    caplog.clear()
+    script_args, training_args, _ = train_math.parse_args(["--config", smoke])
+    with caplog.at_level("WARNING", logger="train_math"):
+        train_math.warn_if_plan_differs(script_args, training_args)
+    assert caplog.text == ""
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_recipe_states_its_plan_and_reaches_it(path):
+    values = yaml.safe_load(path.read_text())
+    for key in ("recipe_num_processes", "recipe_prompts_per_rollout", "recipe_completions_per_update"):
+        assert isinstance(values.get(key), int), key
+    overrides = ["--use_cpu", "true", "--bf16", "false"]
+    script_args, training_args, _ = train_math.parse_args(["--config", str(path), *overrides])
+    plan = train_math.batch_plan(training_args, script_args.recipe_num_processes)
+    assert plan.prompts_per_rollout == script_args.recipe_prompts_per_rollout
+    assert plan.completions_per_update == script_args.recipe_completions_per_update
+    assert plan.problems() == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("dapo_*.yaml")), ids=lambda p: p.name)
+def test_gpu_recipes_state_the_trl_defaults_the_paper_never_had(path):
+    """Both settings must be written out, with the reason in a comment on the lines before or after."""
+    text = path.read_text()
+    values = yaml.safe_load(text)
+    assert values["vllm_importance_sampling_correction"] is False
+    assert "delta" in values and values["delta"] is None
+    for key in ("vllm_importance_sampling_correction", "delta"):
+        lines = text.splitlines()
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        comment = " ".join(lines[max(0, index - 3) : index + 1])
+        assert "paper" in comment and "verl" in comment, key
+    assert values["conversational"] is True  # verl applies the chat template
+
+
+def test_paper_recipe_uses_the_paper_reward_rule_and_plan():
+    values = yaml.safe_load((ROOT / "configs" / "dapo_qwen2.5_32b.yaml").read_text())
+    assert values["reward_rule"] == "dapo"
+    assert (values["recipe_num_processes"], values["recipe_prompts_per_rollout"]) == (128, 512)
+    assert values["warmup_steps"] == 20 * 16  # 20 rollout steps of 16 updates (§4.1)
+
+
+def test_reward_rule_is_passed_only_when_not_the_default(monkeypatch):
+    seen = []
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            seen.append(kwargs)
+
+    monkeypatch.setattr(train_math, "MathVerifierReward", Recorder)
+    train_math.build_reward(train_math.MathScriptArguments())
+    train_math.build_reward(train_math.MathScriptArguments(reward_rule="dapo"))
+    assert seen == [{"answer_column": "answer"}, {"answer_column": "answer", "rule": "dapo"}]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bad command lines stop at argparse, naming the flag or the path
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def run_cli_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        train_math.main(argv)
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture
+def local_run(tmp_path, monkeypatch):
+    """A working directory with a saved tiny model under outputs/ and a small data file."""
+    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+
+    monkeypatch.chdir(tmp_path)
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=32, num_heads=2).save_pretrained("outputs/tiny")
+    tokenizer.save_pretrained("outputs/tiny")
+    Path("train.jsonl").write_text(json.dumps({"prompt": "What is 1+1?\n", "answer": "2"}) + "\n")
+    return ["--output_dir", "run", "--use_cpu", "true", "--bf16", "false", "--report_to", "none"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--model_name_or_path", "outputs/tny", "--dataset_name", "train.jsonl"], "outputs/tny"),  # relative path
+        (["--model_name_or_path", "/no/such/model", "--dataset_name", "train.jsonl"], "/no/such/model"),
+        (["--model_name_or_path", "outputs/tiny/checkpoint-5", "--dataset_name", "train.jsonl"], "checkpoint-5"),
+        (["--model_name_or_path", "outputs", "--dataset_name", "train.jsonl"], "no config.json"),
+        (["--model_name_or_path", "outputs/tiny", "--dataset_name", "trian.jsonl"], "trian.jsonl"),
+        (["--model_name_or_path", "outputs/tiny", "--dataset_name", "empty.jsonl"], "empty.jsonl is empty"),
+        (["--model_name_or_path", "outputs/tiny", "--dataset_name", "train.jsonl", "--eval_k", "0"], "--eval_k"),
+        (
+            ["--model_name_or_path", "outputs/tiny", "--dataset_name", "train.jsonl", "--max_train_samples", "0"],
+            "--max_train_samples",
+        ),
+        (
+            ["--model_name_or_path", "outputs/tiny", "--dataset_name", "train.jsonl", "--eval_max_samples", "0"],
+            "--eval_max_samples",
+        ),
+        (
+            [
+                "--model_name_or_path",
+                "outputs/tiny",
+                "--dataset_name",
+                "train.jsonl",
+                "--per_device_train_batch_size",
+                "0",
+            ],
+            "--per_device_train_batch_size",
+        ),
+        (["--config", "configs/smoke.yaml", "--num_generations", "0"], "--num_generations"),
+    ],
+)
+def test_bad_command_lines_name_the_flag_or_path(local_run, flags, named, capsys):
+    Path("empty.jsonl").write_text("")
+    if "configs/smoke.yaml" in flags:
+        flags = [str(ROOT / f) if f.endswith(".yaml") else f for f in flags]
+    error = run_cli_error([*local_run, *flags], capsys)
+    assert named in error, error

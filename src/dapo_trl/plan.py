@@ -242,7 +242,7 @@ def recipe_advice(
     )
     if not differences:
         return None
-    written_for = f", written for {num_processes} processes" if num_processes else ""
+    written_for = f", written for {_processes(num_processes)}" if num_processes else ""
     text = f"this run's plan differs from its recipe's{written_for}: {'; '.join(differences)}. "
     fix = None
     if prompts_per_rollout is not None and completions_per_update is not None:
@@ -251,8 +251,12 @@ def recipe_advice(
         )
     if fix:
         flags = " ".join(f"--{name} {value}" for name, value in fix.items())
-        return text + f"To keep the recipe's plan on {plan.num_processes} processes, set {flags}."
-    return text + f"No integer batch settings reach the recipe's plan on {plan.num_processes} processes."
+        return text + f"To keep the recipe's plan on {_processes(plan.num_processes)}, set {flags}."
+    return text + f"No integer batch settings reach the recipe's plan on {_processes(plan.num_processes)}."
+
+
+def _processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"
 
 
 def _num(value: float) -> str:
