@@ -48,6 +48,7 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
+from dapo_trl.console import format_summary
 from dapo_trl.plan import batch_plan, format_plan, recipe_advice
 from dapo_trl.plotting import plot_training_curves, save_log_history
 from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
@@ -179,14 +180,12 @@ POSITIVE_INT_FLAGS = (
 
 
 def build_parser() -> TrlParser:
-    from dapo_trl._cli import positive_int
+    from dapo_trl._cli import require_positive
 
     parser = TrlParser((MathScriptArguments, DAPOConfig, ModelConfig))
     # the generated usage lists every field (hundreds of lines) above each error message
     parser.usage = "%(prog)s [--config YAML] [--FIELD VALUE ...]   (--help lists every field)"
-    for action in parser._actions:
-        if action.dest in POSITIVE_INT_FLAGS:
-            action.type = positive_int
+    require_positive(parser, POSITIVE_INT_FLAGS)
     return parser
 
 
@@ -508,49 +507,24 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
         logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png")
     with open(os.path.join(out, "eval_summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=float)
-    print(format_summary(trainer, summary))
+    print(format_summary(f"dapo-trl: {summary['task']}", summary_rows(summary, out), trainer.state.log_history))
 
 
-# (logged metric, label) of the summary's last-logged line
-SUMMARY_METRICS = (
-    ("dynamic_sampling/informative_frac", "informative groups"),
-    ("dynamic_sampling/rounds", "rounds per step"),
-    ("entropy", "entropy"),
-    ("clip_ratio/high_mean", "high-clipped tokens"),
-    ("completions/mean_length", "mean length"),
-)
-
-
-def format_summary(trainer: DAPOTrainer, summary: dict) -> str:
-    history = trainer.state.log_history
-    last = {k: v for entry in history for k, v in entry.items() if v is not None}
-    out = trainer.args.output_dir
+def summary_rows(summary: dict, output_dir: str) -> list[tuple[str, str]]:
+    """The end-of-run summary's lines, as (name, value)."""
     rows = []
     if "accuracy_before_rl" in summary:
-        rows.append(
-            (
-                "held-out accuracy",
-                f"{summary['accuracy_before_rl']:.3f} -> {summary['accuracy_after_rl']:.3f}   (after warm-up -> after "
-                f"DAPO; {summary['heldout_problems']} problems x {summary['samples_per_problem']} samples)",
-            )
-        )
+        before, after = summary["accuracy_before_rl"], summary["accuracy_after_rl"]
+        size = f"{summary['heldout_problems']} problems x {summary['samples_per_problem']} samples"
+        rows.append(("held-out accuracy", f"{before:.3f} -> {after:.3f}   (after warm-up -> after DAPO; {size})"))
         rows.append(("time", f"warm-up {summary['warmup_seconds']} s, DAPO {summary['rl_seconds']} s"))
-    for name, value in summary.get("eval", {}).items():
-        if isinstance(value, float):
-            rows.append((name, f"{value:.4f}"))
+    rows += [(name, f"{value:.4f}") for name, value in summary.get("eval", {}).items() if isinstance(value, float)]
     rows.append(("optimizer steps", str(summary["optimizer_steps"])))
-    logged = [f"{label} {last[key]:.3g}" for key, label in SUMMARY_METRICS if isinstance(last.get(key), int | float)]
-    if logged:
-        rows.append(("last logged", " | ".join(logged)))
-    rows.append(("run folder", f"{out}  (every metric: metrics.jsonl; curves: training_curves.png)"))
+    rows.append(("run folder", f"{output_dir}  (every metric: metrics.jsonl; curves: training_curves.png)"))
     if "accuracy_before_rl" in summary:
-        heldout = os.path.join(out, HELDOUT_FILE)
-        rows.append(("re-evaluate", f"python -m dapo_trl.evaluation --model {out} --dataset {heldout}"))
-    width = 72
-    lines = ["", "=" * width, f"dapo-trl: {summary['task']}", "-" * width]
-    lines += [f"{name:<20}{value}" for name, value in rows]
-    lines.append("=" * width)
-    return "\n".join(lines)
+        heldout = os.path.join(output_dir, HELDOUT_FILE)
+        rows.append(("re-evaluate", f"python -m dapo_trl.evaluation --model {output_dir} --dataset {heldout}"))
+    return rows
 
 
 if __name__ == "__main__":

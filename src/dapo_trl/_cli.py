@@ -26,6 +26,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def require_positive(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """Make the integer flags `names` of an existing parser (e.g. a `TrlParser`) refuse values below 1."""
+    for action in parser._actions:
+        if action.dest in names:
+            action.type = positive_int
+
+
 def positive_float(text: str) -> float:
     """argparse `type` for a finite float > 0 (`--temperature`)."""
     try:

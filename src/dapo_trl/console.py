@@ -1,4 +1,5 @@
-"""A readable console for training runs: the progress bar carries a few numbers instead of a metrics dict per log."""
+"""A readable console for training runs: a progress bar carrying a few numbers instead of a metrics dict per log, and a
+one-screen end-of-run summary."""
 
 from __future__ import annotations
 
@@ -40,3 +41,26 @@ class ConciseProgressCallback(ProgressCallback):
                 self.latest[label] = f"{value:.3g}"
         if self.latest:
             self.training_bar.set_postfix(self.latest, refresh=False)
+
+
+# (logged metric, label) of the summary's "last logged" line
+SUMMARY_METRICS: tuple[tuple[str, str], ...] = (
+    ("dynamic_sampling/informative_frac", "informative groups"),
+    ("dynamic_sampling/rounds", "rounds per step"),
+    ("entropy", "entropy"),
+    ("clip_ratio/high_mean", "high-clipped"),
+    ("completions/mean_length", "mean length"),
+)
+
+
+def format_summary(title: str, rows: list[tuple[str, str]], log_history: list[dict[str, Any]], width: int = 72) -> str:
+    """
+    The end-of-run summary: `title`, the `(name, value)` rows, then the last logged value of each of
+    [`SUMMARY_METRICS`] found in `log_history` (a Trainer's `state.log_history`).
+    """
+    last = {key: value for entry in log_history for key, value in entry.items() if value is not None}
+    logged = [f"{label} {last[key]:.3g}" for key, label in SUMMARY_METRICS if isinstance(last.get(key), int | float)]
+    if logged:
+        rows = [*rows, ("last logged", " | ".join(logged))]
+    lines = ["", "=" * width, title, "-" * width, *(f"{name:<20}{value}" for name, value in rows), "=" * width]
+    return "\n".join(lines)
