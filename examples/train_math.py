@@ -309,6 +309,7 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
 
     warmup_sft(model, tokenizer, train_set, steps=script_args.demo_sft_steps, seed=training_args.seed)
     warmup_seconds = time.perf_counter() - started
+    reward = build_reward(script_args)
     settings = record.evaluation
     measure = dict(
         num_samples=settings.k,
@@ -317,14 +318,14 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
         max_new_tokens=settings.max_new_tokens,
         batch_size=settings.batch_size,
         seed=settings.seed,
-        scorer=_verifier_scorer,
+        scorer=_verifier_scorer if script_args.reward_rule == "equivalence" else _reward_scorer(reward),
     )
     before = accuracy_report(model, tokenizer, test_set, **measure)
     logger.info(f"after warm-up: held-out sampled accuracy {before['accuracy']:.3f}")
 
     trainer = DAPOTrainer(
         model=model,
-        reward_funcs=build_reward(script_args),
+        reward_funcs=reward,
         args=training_args,
         train_dataset=train_set,
         processing_class=tokenizer,
