@@ -191,12 +191,6 @@ class DAPOConfig(GRPOConfig):
                 f"overlong_penalty_factor ({self.overlong_penalty_factor}) must be non-negative: it is the size of the "
                 "penalty subtracted from overlong completions."
             )
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            raise ValueError(
-                "overlong_shaping adds the length penalty to the correctness reward before advantages (DAPO Eq. 13), "
-                "but multi_objective_aggregation='normalize_then_sum' normalises each reward on its own. Use "
-                "'sum_then_normalize' or set overlong_shaping=False."
-            )
 
     def _check_dynamic_sampling(self) -> None:
         if self.dynamic_sampling_on_exhausted not in EXHAUSTED_POLICIES:
@@ -218,18 +212,11 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(f"dynamic_sampling_margin must be >= 0, got {self.dynamic_sampling_margin}.")
         if self.dynamic_sampling_max_round_prompts is not None and self.dynamic_sampling_max_round_prompts < 1:
             raise ValueError("dynamic_sampling_max_round_prompts must be a positive integer or None.")
-        if not self.dynamic_sampling:
-            return
-        if self.scale_rewards == "batch":
+        if self.dynamic_sampling and self.dynamic_sampling_carry_over and self.use_liger_kernel:
             raise ValueError(
-                "scale_rewards='batch' normalises advantages over each generation round, not over the filtered batch "
-                "that dynamic sampling trains on. Use scale_rewards='group' (the paper's Eq. 9) or 'none', or set "
-                "dynamic_sampling=False."
-            )
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            raise ValueError(
-                "multi_objective_aggregation='normalize_then_sum' normalises over each generation round, not over the "
-                "filtered batch. Use 'sum_then_normalize' or set dynamic_sampling=False."
+                "dynamic_sampling_carry_over needs the trainer's own loss forward (carried rows are trained against the "
+                "log-probabilities of the policy that sampled them, fresh rows against the current ones), which the "
+                "Liger fused loss bypasses. Set use_liger_kernel=False or dynamic_sampling_carry_over=False."
             )
 
     def _check_token_normalizer(self) -> None:
