@@ -46,9 +46,7 @@ def test_normalize_then_sum_adds_the_penalty_raw_after_per_reward_normalisation(
     rewards = torch.tensor([[1.0, 0.0], [-1.0, 2.0], [1.0, 1.0], [-1.0, 1.0]])
     weights = torch.tensor([1.0, 0.5])
     penalty = torch.tensor([0.0, -0.25, 0.0, -1.0])
-    out = compute_advantages(
-        rewards, weights, num_generations=4, aggregation="normalize_then_sum", penalty=penalty
-    )
+    out = compute_advantages(rewards, weights, num_generations=4, aggregation="normalize_then_sum", penalty=penalty)
     normalized = (rewards - rewards.mean(0)) / (rewards.std(0) + 1e-4)
     total = (normalized * weights).sum(1) + penalty
     expected = (total - total.mean()) / (total.std() + 1e-4)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from _tiny import KINDS, Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 from datasets import Dataset
 from trl import GRPOTrainer
 
@@ -71,7 +71,9 @@ def test_unscorable_rows_stay_unscorable_with_overlong_shaping(tmp_path, dynamic
     trainer.train()
     out = trainer.outputs[0]
     lengths = out["completion_mask"].sum(1).tolist()
-    rewards = torch.tensor([[math.nan if i % G == G - 1 else (1.0 if i % 2 == 0 else -1.0)] for i in range(len(lengths))])
+    rewards = torch.tensor(
+        [[math.nan if i % G == G - 1 else (1.0 if i % 2 == 0 else -1.0)] for i in range(len(lengths))]
+    )
     penalty = torch.tensor([soft_overlong_penalty(int(n), max_length=8, buffer_len=4) for n in lengths])
     assert (penalty < 0).any(), "the test needs completions in the penalty zone"
     advantages = out["advantages"]
@@ -82,7 +84,9 @@ def test_unscorable_rows_stay_unscorable_with_overlong_shaping(tmp_path, dynamic
     for g in range(len(lengths) // G):
         rows = slice(g * G, g * G + G - 1)
         shaped = rewards[rows, 0] + penalty[rows]
-        torch.testing.assert_close(advantages[rows], (shaped - shaped.mean()) / (shaped.std() + 1e-4), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            advantages[rows], (shaped - shaped.mean()) / (shaped.std() + 1e-4), atol=1e-5, rtol=0
+        )
 
 
 class RewardSpy(OutputSpy):
@@ -130,12 +134,12 @@ def test_metrics_of_a_multi_round_step_cover_every_generated_row(tmp_path):
     # the completions table shows the rows that were trained, with their advantages
     prompts = list(trainer._logs["prompt"])
     assert len(prompts) == trainer.args.generation_batch_size
-    assert {KINDS_BY_PROMPT(p) for p in prompts} == {"mixed"}
+    assert {kind_of(p) for p in prompts} == {"mixed"}
     trained = trainer.outputs[0]["advantages"]
     assert sorted(trainer._logs["advantages"]) == pytest.approx(sorted(trained.tolist()))
 
 
-def KINDS_BY_PROMPT(prompt: str) -> str:
+def kind_of(prompt: str) -> str:
     return refill_dataset()["kind"][int(prompt.strip()[1:-1])]
 
 
