@@ -76,7 +76,12 @@ def test_gradient_exact_with_masked_truncated_completions(tmp_path):
 def test_trl_normaliser_is_not_exact_but_ours_is(tmp_path):
     """The window counts differ from TRL's generation-batch average: the override changes something."""
     trainer, capture = run_and_compare(
-        tmp_path, gradient_accumulation_steps=1, steps_per_generation=4, per_device_train_batch_size=4, max_steps=4
+        tmp_path,
+        gradient_accumulation_steps=1,
+        steps_per_generation=4,
+        per_device_train_batch_size=4,
+        max_steps=4,
+        max_completion_length=24,  # long enough for some completions to end early
     )
     counts = [float(b["completion_mask"].sum()) for s in capture.steps for b in s["batches"]]
     assert len(set(counts)) > 1, "micro-batches of different token counts are what makes TRL's average inexact"
