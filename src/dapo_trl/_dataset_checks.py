@@ -46,7 +46,7 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> None:
     if len(dataset) == 0:
         raise ValueError("The training dataset is empty.")
     if columns is not None and "prompt" in columns:
-        empty = [i for i, prompt in enumerate(dataset["prompt"]) if not prompt]
+        empty = [i for i, prompt in enumerate(dataset["prompt"]) if is_empty_prompt(prompt)]
         if empty:
             raise ValueError(
                 f"The training dataset has {len(empty)} empty prompts (rows {empty[:10]}{' ...' if len(empty) > 10 else ''}). "
@@ -62,6 +62,24 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> None:
         )
 
 
+def is_empty_prompt(prompt: Any) -> bool:
+    """A prompt with no text: `None`, a blank string, or messages whose contents are all blank."""
+    if prompt is None:
+        return True
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, list):
+        texts = []
+        for message in prompt:
+            content = message.get("content") if isinstance(message, dict) else message
+            if isinstance(content, list):  # content parts
+                texts += [part.get("text", "") if isinstance(part, dict) else str(part) for part in content]
+            elif content is not None:
+                texts.append(str(content))
+        return not any(text.strip() for text in texts)
+    return False
+
+
 def warn_duplicates(dataset) -> None:
     if "prompt" not in dataset.column_names:
         return
@@ -73,3 +91,75 @@ def warn_duplicates(dataset) -> None:
             "Dynamic sampling never repeats a row within an epoch, but duplicated rows are still drawn once each; "
             "deduplicate the dataset (DAPO-Math-17k repeats each prompt ~100x) unless the repetition is intended."
         )
+
+
+def prompt_text(prompt: Any) -> str:
+    """The text of a prompt: the string itself, or its messages' text contents joined."""
+    if isinstance(prompt, str):
+        return prompt
+    parts = []
+    for message in prompt or []:
+        content = message.get("content") if isinstance(message, dict) else message
+        if isinstance(content, list):
+            parts += [part.get("text", "") for part in content if isinstance(part, dict)]
+        elif content is not None:
+            parts.append(str(content))
+    return "\n".join(parts)
+
+
+def count_prompt_tokens(tokenizer: Any, prompt: Any) -> int:
+    """Tokens of a prompt as generation sees it (chat template applied to conversations when the tokenizer has one)."""
+    if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
+        try:
+            ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+            return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+        except Exception:  # a template that cannot render this prompt: count its text instead
+            pass
+    return len(tokenizer(prompt_text(prompt))["input_ids"])
+
+
+def check_prompt_lengths(dataset: Any, tokenizer: Any, context: int) -> None:
+    """
+    Refuse a map-style training set holding prompts longer than the model's context (`context` tokens), naming the
+    rows. Only prompts whose UTF-8 size exceeds the context are tokenised (a token covers at least one byte, so the
+    others fit), which keeps the check instant on ordinary data.
+    """
+    slack = 64  # special and chat-template tokens
+    suspects = [i for i, prompt in enumerate(dataset["prompt"]) if len(prompt_text(prompt).encode()) + slack > context]
+    too_long = [(i, n) for i in suspects if (n := count_prompt_tokens(tokenizer, dataset[i]["prompt"])) > context]
+    if too_long:
+        shown = ", ".join(f"row {i}: {n} tokens" for i, n in too_long[:10])
+        raise ValueError(
+            f"{len(too_long)} training prompts are longer than the model's context of {context} tokens ({shown}"
+            f"{', ...' if len(too_long) > 10 else ''}). Set max_prompt_length (e.g. 2048, as verl's DAPO recipe) to "
+            "cut long prompts (prompt_truncation_side='left' keeps their end), or remove those rows."
+        )
+
+
+def truncate_prompt_ids(prompt_ids: list, limit: int, side: str) -> tuple[list, int]:
+    """
+    Cut every prompt longer than `limit` tokens: `"left"` keeps its last `limit` tokens, `"right"` its first, and
+    `"error"` raises. Returns the prompts and how many were cut.
+
+    Example:
+    ```python
+    >>> truncate_prompt_ids([[1, 2, 3, 4], [5]], 2, "left")
+    ([[3, 4], [5]], 1)
+
+    ```
+    """
+    cut = 0
+    out = []
+    for ids in prompt_ids:
+        if len(ids) <= limit:
+            out.append(ids)
+            continue
+        if side == "error":
+            raise ValueError(
+                f"A prompt of {len(ids)} tokens is longer than max_prompt_length={limit} and "
+                "prompt_truncation_side='error'. Raise max_prompt_length, or set prompt_truncation_side to 'left' or "
+                "'right' to cut long prompts."
+            )
+        cut += 1
+        out.append(ids[len(ids) - limit :] if side == "left" else ids[:limit])
+    return out, cut

@@ -9,6 +9,7 @@ from trl import GRPOConfig
 from .sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
+TRUNCATION_SIDES = ("left", "right", "error")
 
 
 @dataclass
@@ -74,6 +75,17 @@ class DAPOConfig(GRPOConfig):
             Carry informative groups left over once the batch is full into the next generation batch instead of
             discarding them. Carried groups are one policy version stale and their importance ratio uses the
             log-probabilities of the policy that sampled them (computed when they are carried).
+
+        > Prompt length (TRL 1.16 has no prompt limit: string prompts are tokenised whole)
+
+        max_prompt_length (`int`, *optional*):
+            Longest prompt, in tokens (after the chat template); a longer prompt is cut on `prompt_truncation_side`
+            before generation, and `prompts/truncated_ratio` logs how often. `None` (default) sets no limit, and a
+            training prompt longer than the model's context (`max_position_embeddings`) is refused when the trainer
+            is built, naming its row. verl's DAPO recipe uses 2,048.
+        prompt_truncation_side (`str`, *optional*, defaults to `"left"`):
+            `"left"` keeps the end of the prompt (the question and the answer format usually come last; verl's
+            choice), `"right"` keeps its start, `"error"` refuses a prompt longer than `max_prompt_length`.
     """
 
     # Paper defaults that differ from GRPOConfig's
@@ -155,12 +167,30 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Carry surplus informative groups into the next generation batch instead of discarding."},
     )
 
+    # Prompt length
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Longest prompt, in tokens; longer prompts are cut on prompt_truncation_side. None: no limit "
+            "(prompts longer than the model's context are refused when the trainer is built)."
+        },
+    )
+    prompt_truncation_side: str = field(
+        default="left",
+        metadata={
+            "help": "Where prompts longer than max_prompt_length are cut: 'left' keeps their end (verl's choice), "
+            "'right' keeps their start, 'error' refuses them.",
+            "choices": TRUNCATION_SIDES,
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self._check_clipping()
         self._check_overlong()
         self._check_dynamic_sampling()
         self._check_token_normalizer()
+        self._check_prompt_length()
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -231,3 +261,15 @@ class DAPOConfig(GRPOConfig):
                 "steps_per_generation to a multiple of gradient_accumulation_steps (the paper does 16 updates per "
                 "rollout: steps_per_generation = 16 * gradient_accumulation_steps)."
             )
+
+    def _check_prompt_length(self) -> None:
+        if self.prompt_truncation_side not in TRUNCATION_SIDES:
+            raise ValueError(
+                f"prompt_truncation_side must be one of {TRUNCATION_SIDES}, got {self.prompt_truncation_side!r}."
+            )
+        if self.max_prompt_length is not None and (
+            isinstance(self.max_prompt_length, bool) or not isinstance(self.max_prompt_length, int)
+        ):
+            raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length!r}.")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length}.")

@@ -31,7 +31,13 @@ from torch import nn
 from trl import GRPOConfig, GRPOTrainer
 
 from . import _batch
-from ._dataset_checks import PacingDataset, check_train_dataset, warn_duplicates
+from ._dataset_checks import (
+    PacingDataset,
+    check_prompt_lengths,
+    check_train_dataset,
+    truncate_prompt_ids,
+    warn_duplicates,
+)
 from ._dynamic_sampling import DynamicSamplingMixin
 from .advantages import compute_advantages
 from .dapo_config import DAPOConfig
@@ -145,6 +151,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         self._overlong = self.build_overlong_penalty()
         self._setup_dynamic_sampling()
         self._count_weight_syncs()
+        self._check_prompt_lengths()
 
     # ------------------------------------------------------------------ set-up
 
@@ -195,6 +202,21 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         else:
             self._prompts = DatasetPrompts(self.train_dataset, seed=args.seed, shuffle=self.shuffle_dataset)
             warn_duplicates(self.train_dataset)
+
+    def _model_context(self) -> int | None:
+        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        context = getattr(getattr(config, "get_text_config", lambda: config)(), "max_position_embeddings", None)
+        return context if isinstance(context, int) and context > 0 else None
+
+    def _check_prompt_lengths(self) -> None:
+        """Without `max_prompt_length`, refuse training prompts the model cannot even read (map-style sets)."""
+        context = self._model_context()
+        dataset = self.train_dataset
+        if self.args.max_prompt_length is not None or context is None or self._is_vlm:
+            return
+        if dataset is None or isinstance(dataset, IterableDataset) or "prompt" not in dataset.column_names:
+            return
+        check_prompt_lengths(dataset, self._tokenizer, context)
 
     def _count_weight_syncs(self) -> None:
         """Count TRL's weight pushes to vLLM: with sleep mode every generation call re-pushes all weights."""
@@ -499,6 +521,27 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ generation
 
+    def _tokenize_prompts(self, prompts: list):
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        limit = self.args.max_prompt_length
+        if limit is None:
+            context = self._model_context()
+            longest = max((len(ids) for ids in prompt_ids), default=0)
+            if context is not None and longest > context:
+                raise ValueError(
+                    f"A prompt of {longest} tokens is longer than the model's context of {context} tokens. Set "
+                    "max_prompt_length to cut long prompts (prompt_truncation_side='left' keeps their end)."
+                )
+            return prompt_ids, images, multimodal_fields
+        if images is not None and any(len(ids) > limit for ids in prompt_ids):
+            raise ValueError(
+                f"A prompt with images is longer than max_prompt_length={limit}: cutting it could cut image tokens. "
+                "Raise max_prompt_length or shorten the prompt."
+            )
+        prompt_ids, cut = truncate_prompt_ids(list(prompt_ids), limit, self.args.prompt_truncation_side)
+        self._log_metric("prompts/truncated_ratio", cut / max(len(prompt_ids), 1))
+        return prompt_ids, images, multimodal_fields
+
     def _generate_and_score_completions(self, inputs):
         syncs_before = self._weight_syncs
         if self.model.training and self._ds_active:
@@ -741,7 +784,7 @@ def _load_state_file(path: str) -> dict:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as error:  # truncated, foreign or garbage files fail in many ways inside torch
         raise ValueError(
-            f"{path} is not a readable dapo-trl state file ({type(error).__name__}: {str(error).splitlines()[0]}). "
+            f"{path} is not a readable dapo-trl state file ({type(error).__name__}: {_first_line(error)}). "
             "It may be truncated or come from another program. Delete it to resume without it (the prompt stream "
             "then restarts; a half-used generation batch is generated again)."
         ) from error
@@ -750,3 +793,8 @@ def _load_state_file(path: str) -> dict:
             f"{path} holds a {type(state).__name__}, not a dapo-trl state dict. Delete it to resume without it."
         )
     return state
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else "no details"
