@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ._validate import check_settings
 from .sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
@@ -185,6 +186,7 @@ class DAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        check_settings(self)
         super().__post_init__()
         self._check_clipping()
         self._check_overlong()
