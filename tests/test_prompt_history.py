@@ -329,3 +329,62 @@ def test_a_policy_that_never_skips_leaves_the_stream_unchanged():
     assert policy.run_totals()["skipped"] == 0 and policy.run_totals()["eligible"] > 0
     # the user's rule goes first: prompts it skips are never shown to the policy
     assert all(policy.looks[i] == 0 for i in range(0, 60, 5))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# DAPOConfig settings
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def skip_config(**overrides):
+    from dapo_trl import DAPOConfig
+
+    return DAPOConfig(output_dir="unused", use_cpu=True, bf16=False, report_to="none", **overrides)
+
+
+def test_skip_settings_default_off_and_match_the_policy_defaults():
+    args = skip_config()
+    assert args.dynamic_sampling_skip is False
+    policy = SkipPolicy(1)
+    assert (args.dynamic_sampling_skip_target, args.dynamic_sampling_skip_max_prob) == (policy.target, policy.max_skip)
+    on = skip_config(dynamic_sampling_skip=True, dynamic_sampling_skip_target=1.0, dynamic_sampling_skip_max_prob=0.0)
+    assert on.dynamic_sampling_skip and on.dynamic_sampling_skip_max_prob == 0.0
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"dynamic_sampling_skip_target": 0.0}, "dynamic_sampling_skip_target"),
+        ({"dynamic_sampling_skip_target": 1.5}, "dynamic_sampling_skip_target"),
+        ({"dynamic_sampling_skip_max_prob": 1.0}, "dynamic_sampling_skip_max_prob"),
+        ({"dynamic_sampling_skip_max_prob": -0.1}, "dynamic_sampling_skip_max_prob"),
+        ({"dynamic_sampling_skip": True, "dynamic_sampling": False}, "dynamic_sampling=True"),
+    ],
+)
+def test_skip_settings_are_validated(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        skip_config(**overrides)
+
+
+def test_skip_settings_parse_from_the_command_line():
+    from trl import TrlParser
+
+    from dapo_trl import DAPOConfig
+
+    (args,) = TrlParser((DAPOConfig,)).parse_args_and_config(
+        [
+            "--output_dir",
+            "unused",
+            "--use_cpu",
+            "--bf16",
+            "false",
+            "--dynamic_sampling_skip",
+            "true",
+            "--dynamic_sampling_skip_target",
+            "0.6",
+            "--dynamic_sampling_skip_max_prob",
+            "0.9",
+        ]
+    )
+    assert args.dynamic_sampling_skip and args.dynamic_sampling_skip_target == 0.6
+    assert args.dynamic_sampling_skip_max_prob == 0.9
