@@ -28,6 +28,18 @@ ZERO_VARIANCE = (ALL_CORRECT, ALL_WRONG)
 
 _MASK = (1 << 64) - 1
 
+# Decision and outcome counters of SkipPolicy (per generation batch and per run).
+_COUNTERS = (
+    "eligible_all_correct",
+    "eligible_all_wrong",
+    "skipped_all_correct",
+    "skipped_all_wrong",
+    "generated",
+    "informative",
+    "redrawn",
+    "missed",
+)
+
 
 def outcome_codes(classification: GroupClassification, informative: torch.Tensor | None = None) -> np.ndarray:
     """
@@ -427,15 +439,3 @@ class SkipPolicy:
         self._batch = state["batch"].numpy().astype(np.int64)
         self.totals = state["totals"].numpy().astype(np.int64)
         self._skip_table = self._table()
-
-
-_COUNTERS = (
-    "eligible_all_correct",
-    "eligible_all_wrong",
-    "skipped_all_correct",
-    "skipped_all_wrong",
-    "generated",
-    "informative",
-    "redrawn",
-    "missed",
-)
