@@ -87,6 +87,23 @@ class DAPOConfig(GRPOConfig):
         prompt_truncation_side (`str`, *optional*, defaults to `"left"`):
             `"left"` keeps the end of the prompt (the question and the answer format usually come last; verl's
             choice), `"right"` keeps its start, `"error"` refuses a prompt longer than `max_prompt_length`.
+
+        > Pre-rollout prompt skipping (dynamic sampling)
+
+        dynamic_sampling_skip (`bool`, *optional*, defaults to `False`):
+            Before generating, pass over prompts whose recent groups were all zero-variance (all-correct, or
+            all-wrong), with a probability explored and adapted online ([`SkipPolicy`]): each such history class is
+            skipped when it is measured to be less informative than the groups generated, never beyond
+            `dynamic_sampling_skip_max_prob`. Saves generation from the second epoch on; off by default, like the
+            paper's recipe. Needs `dynamic_sampling=True`.
+        dynamic_sampling_skip_target (`float`, *optional*, defaults to `0.75`):
+            Informative rate of the generated groups that skipping steers towards, in `(0, 1]`: while the generated
+            groups are less informative, skipping tightens (as far as the measured rates justify); above it, it
+            relaxes. `1.0` always skips as far as the measured rates justify.
+        dynamic_sampling_skip_max_prob (`float`, *optional*, defaults to `0.95`):
+            Highest probability of skipping a prompt, in `[0, 1)`: a skipped prompt keeps at least
+            `1 - dynamic_sampling_skip_max_prob` chance to be generated each time the stream reaches it, so prompts
+            that become learnable are found again. `0.0` never skips.
     """
 
     # Paper defaults that differ from GRPOConfig's
@@ -185,6 +202,20 @@ class DAPOConfig(GRPOConfig):
         },
     )
 
+    # Pre-rollout prompt skipping
+    dynamic_sampling_skip: bool = field(
+        default=False,
+        metadata={"help": "Skip, before generation, prompts whose recent groups were all zero-variance (explored)."},
+    )
+    dynamic_sampling_skip_target: float = field(
+        default=0.75,
+        metadata={"help": "Informative rate of generated groups that skipping steers towards, in (0, 1]."},
+    )
+    dynamic_sampling_skip_max_prob: float = field(
+        default=0.95,
+        metadata={"help": "Highest skip probability, in [0, 1): a skipped prompt keeps a chance to be drawn again."},
+    )
+
     def __post_init__(self):
         check_settings(self)
         super().__post_init__()
@@ -193,6 +224,7 @@ class DAPOConfig(GRPOConfig):
         self._check_dynamic_sampling()
         self._check_token_normalizer()
         self._check_prompt_length()
+        self._check_dynamic_sampling_skip()
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -275,3 +307,20 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length!r}.")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length}.")
+
+    def _check_dynamic_sampling_skip(self) -> None:
+        if not 0.0 < self.dynamic_sampling_skip_target <= 1.0:
+            raise ValueError(
+                f"dynamic_sampling_skip_target must be in (0, 1], got {self.dynamic_sampling_skip_target}: it is the "
+                "informative rate of the generated groups that prompt skipping steers towards."
+            )
+        if not 0.0 <= self.dynamic_sampling_skip_max_prob < 1.0:
+            raise ValueError(
+                f"dynamic_sampling_skip_max_prob must be in [0, 1), got {self.dynamic_sampling_skip_max_prob}: below 1 "
+                "so that a skipped prompt can still be drawn again when it becomes learnable."
+            )
+        if self.dynamic_sampling_skip and not self.dynamic_sampling:
+            raise ValueError(
+                "dynamic_sampling_skip=True passes over prompts drawn by dynamic sampling's prompt stream, but "
+                "dynamic_sampling=False. Set dynamic_sampling=True, or dynamic_sampling_skip=False."
+            )
