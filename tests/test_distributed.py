@@ -81,3 +81,9 @@ def test_two_processes_balanced_exact_and_filtered(tmp_path, mode):
     assert all(h.get("dynamic_sampling/underfilled", 0) == 0 for h in history)
     if mode == "carry":
         assert any(h.get("dynamic_sampling/groups_carried", 0) > 0 for h in history)
+        skip0, skip1 = ranks[0]["skip"], ranks[1]["skip"]
+        assert int(skip0["history"]["groups"].sum()) > 0
+        for name in ("looks", "skipped", "counts", "totals"):
+            assert torch.equal(skip0[name], skip1[name]), name
+        for name in skip0["history"]:
+            assert torch.equal(torch.as_tensor(skip0["history"][name]), torch.as_tensor(skip1["history"][name])), name

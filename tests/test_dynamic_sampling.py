@@ -218,3 +218,43 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         tail_full = [h.get(key) for h in full.state.log_history if h.get("step", 0) > 2 and "loss" in h]
         tail_resumed = [h.get(key) for h in resumed.state.log_history if h.get("step", 0) > 2 and "loss" in h]
         assert tail_full and tail_full == pytest.approx(tail_resumed), key
+
+
+def skip_run(tmp_path, **overrides):
+    # 12 prompts: each is drawn many times, so zero-variance histories build up and skipping acts.
+    common = dict(max_steps=12, dynamic_sampling_skip=True, dynamic_sampling_skip_target=1.0)
+    return make_trainer(tmp_path, dataset=scripted_dataset(12), **{**common, **overrides})
+
+
+def test_prompt_skipping_passes_over_zero_variance_prompts_and_raises_the_informative_rate(tmp_path):
+    trainer = skip_run(tmp_path)
+    trainer.train()
+    skipped = logged(trainer, "dynamic_sampling/prompts_skipped")
+    assert sum(skipped) > 0
+    informative = logged(trainer, "dynamic_sampling/informative_frac")
+    assert sum(informative[-4:]) / 4 > sum(informative[:2]) / 2  # easy/hard prompts are skipped once known
+    assert all(k == "mixed" for batch in trainer.recorded for k in prompt_kinds(trainer, batch))
+    baseline = make_trainer(tmp_path / "off", dataset=scripted_dataset(12), max_steps=12)
+    baseline.train()
+    assert sum(logged(trainer, "dynamic_sampling/groups_generated")) < sum(
+        logged(baseline, "dynamic_sampling/groups_generated")
+    )
+
+
+def test_prompt_skipping_resumes_exactly(tmp_path):
+    common = dict(save_strategy="steps", save_steps=6)
+    full = skip_run(tmp_path / "full", **common)
+    full.train()
+    resumed = skip_run(tmp_path / "resumed", **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-6"))
+    for key in ("loss", "dynamic_sampling/prompts_skipped", "dynamic_sampling/prompts_consumed"):
+        tail_full = [h.get(key) for h in full.state.log_history if h.get("step", 0) > 6 and "loss" in h]
+        tail_resumed = [h.get(key) for h in resumed.state.log_history if h.get("step", 0) > 6 and "loss" in h]
+        assert tail_full and tail_full == pytest.approx(tail_resumed), key
+    for name, array in full._skip_policy.state_dict()["history"].items():
+        assert torch.equal(torch.as_tensor(array), torch.as_tensor(resumed._skip_policy.state_dict()["history"][name]))
+
+
+def test_prompt_skipping_refuses_streamed_datasets(tmp_path):
+    with pytest.raises(ValueError, match="streamed training set"):
+        make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset(), dynamic_sampling_skip=True)

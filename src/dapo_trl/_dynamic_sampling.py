@@ -85,10 +85,17 @@ class DynamicSamplingMixin:
         self._log_step(step, batch, plan, missing)
         return self._local_rows(batch)
 
+    def _skip_rule(self):
+        """`skip_prompt`, composed with the pre-rollout skip policy when it is on (the user's rule is asked first)."""
+        policy = self._skip_policy
+        if policy is None:
+            return self.skip_prompt
+        return lambda index: self.skip_prompt(index) or policy.should_skip(index)
+
     def _draw_round(self, needed: int) -> tuple[list[int], list[dict]]:
         """The prompts of the next round: as many as the planner asks for, a multiple of its granularity."""
         size = self._planner.next_round_size(needed)
-        indices, rows = self._prompts.take(size, skip=self.skip_prompt)
+        indices, rows = self._prompts.take(size, skip=self._skip_rule())
         keep = len(indices) - len(indices) % self._planner.granularity
         return indices[:keep], rows[:keep]
 
@@ -145,6 +152,8 @@ class DynamicSamplingMixin:
             values.flatten(), G, tolerance=args.dynamic_sampling_tolerance, correct_value=self._correct_value
         )
         self.on_groups_scored(scored.indices, values, informative, classes)
+        if self._skip_policy is not None:
+            self._skip_policy.record(scored.indices, classes, step=self.state.global_step, informative=informative)
         self._planner.update(len(scored.indices), int(informative.sum()))
 
         # Number informative groups in generation order, continuing the count of earlier rounds.
@@ -344,6 +353,8 @@ class DynamicSamplingMixin:
             stats["accuracy_after_filter"] = (
                 (after >= self._correct_value).float().mean().item() if after.numel() else math.nan
             )
+        if self._skip_policy is not None:
+            stats.update(self._skip_policy.metrics())
         self.log_dynamic_sampling(stats)
         self._log_importance_sampling(batch, replicated=True)
         self._replace_table()

@@ -43,6 +43,7 @@ from .advantages import compute_advantages
 from .dapo_config import DAPOConfig
 from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_normalizer, window_token_counts
 from .overlong import OverlongPenalty, is_truncated
+from .prompt_history import SkipPolicy
 from .prompt_source import DatasetPrompts, StreamPrompts
 from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
 from .sampling import GroupClassification, RoundPlanner, SelectionPlan, classify_groups, plan_selection
@@ -180,6 +181,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         self._carry: dict | None = None  # rows of carried groups, replicated on every process, group order
         self._carry_groups = 0
         self._carry_table: dict[int, list[dict]] = {}
+        self._skip_policy: SkipPolicy | None = None
         self._ds_active = bool(args.dynamic_sampling and self.train_dataset is not None)
         if not self._ds_active:
             return
@@ -202,6 +204,18 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         else:
             self._prompts = DatasetPrompts(self.train_dataset, seed=args.seed, shuffle=self.shuffle_dataset)
             warn_duplicates(self.train_dataset)
+        if args.dynamic_sampling_skip:
+            if self._prompts.streaming:
+                raise ValueError(
+                    "dynamic_sampling_skip keeps a history per dataset index, which a streamed training set does not "
+                    "have. Load the dataset without streaming, or set dynamic_sampling_skip=False."
+                )
+            self._skip_policy = SkipPolicy(
+                len(self.train_dataset),
+                seed=args.seed,
+                target=args.dynamic_sampling_skip_target,
+                max_skip=args.dynamic_sampling_skip_max_prob,
+            )
 
     def _model_context(self) -> int | None:
         config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
@@ -357,6 +371,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             "planner": self._planner.state_dict(),
             "carry": {k: v.cpu() for k, v in self._carry.items()} if self._carry else None,
             "carry_groups": self._carry_groups,
+            "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
             "num_generations": self.num_generations,
         }
 
@@ -374,6 +389,14 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         device = self.accelerator.device
         self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
         self._carry_groups = int(state["carry_groups"])
+        if self._skip_policy is not None:
+            if state.get("skip") is not None:
+                self._skip_policy.load_state_dict(state["skip"])
+            else:
+                logger.warning(
+                    "The checkpoint holds no prompt-skipping history (it was saved with dynamic_sampling_skip off): "
+                    "the history starts empty."
+                )
 
     def plan_batch(self, *, num_carried: int, num_fresh: int, target: int) -> tuple[SelectionPlan, int]:
         """

@@ -52,6 +52,7 @@ def main(out_dir: str, carry_over: str) -> None:
         shuffle_dataset=False,  # the stream is then sequential, so the test controls what each rank gets
         ddp_find_unused_parameters=False,
         dynamic_sampling_carry_over=carry_over == "carry",
+        dynamic_sampling_skip=carry_over == "carry",  # the skip history must stay identical on both ranks
     )
     args = config(out_dir, **overrides)
     target = args.generation_batch_size // args.num_generations
@@ -76,6 +77,7 @@ def main(out_dir: str, carry_over: str) -> None:
             "history": history,
             "world": trainer.accelerator.num_processes,
             "forwards": forwards,
+            "skip": trainer._skip_policy.state_dict() if trainer._skip_policy is not None else None,
         },
         os.path.join(out_dir, f"rank{rank}.pt"),
     )
