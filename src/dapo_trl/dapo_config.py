@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .preemption import STOP_POINTS
 from .sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,6 +78,21 @@ class DAPOConfig(GRPOConfig):
             Carry informative groups left over once the batch is full into the next generation batch instead of
             discarding them. Carried groups are one policy version stale and their importance ratio uses the
             log-probabilities of the policy that sampled them (computed when they are carried).
+
+        > Preemption and restarts (see `dapo_trl.preemption`)
+
+        preemption_handling (`bool`, *optional*, defaults to `True`):
+            On SIGTERM or SIGUSR1, finish the current rollout (see `preemption_stop_at`), save a complete checkpoint
+            (model, optimizer, scheduler, RNG, dynamic-sampling state; even with `save_strategy="no"`) and exit with
+            code 75. All processes stop at the same step even when only some received the signal.
+        preemption_stop_at (`str`, *optional*, defaults to `"rollout"`):
+            `"rollout"`: stop once the current generation round's updates are done, so the resumed run matches an
+            uninterrupted one exactly. `"step"`: stop after the current optimizer step (sooner when a rollout holds
+            many updates; the resumed run regenerates the rest of the interrupted rollout).
+        auto_resume (`bool`, *optional*, defaults to `False`):
+            `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
+            `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
+            restarts with the same command. Checkpoints are published atomically either way.
     """
 
     # Paper defaults that differ from GRPOConfig's
@@ -155,12 +174,27 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Carry surplus informative groups into the next generation batch instead of discarding."},
     )
 
+    # Preemption and restarts
+    preemption_handling: bool = field(
+        default=True,
+        metadata={"help": "On SIGTERM/SIGUSR1: finish the current rollout, save a checkpoint, exit with code 75."},
+    )
+    preemption_stop_at: str = field(
+        default="rollout",
+        metadata={"help": "Where a preempted run stops: 'rollout' (exact resume) or 'step'.", "choices": STOP_POINTS},
+    )
+    auto_resume: bool = field(
+        default=False,
+        metadata={"help": "Resume from the newest complete checkpoint in output_dir when there is one."},
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self._check_clipping()
         self._check_overlong()
         self._check_dynamic_sampling()
         self._check_token_normalizer()
+        self._check_preemption()
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -243,4 +277,24 @@ class DAPOConfig(GRPOConfig):
                 f"a multiple of gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set "
                 "steps_per_generation to a multiple of gradient_accumulation_steps (the paper does 16 updates per "
                 "rollout: steps_per_generation = 16 * gradient_accumulation_steps)."
+            )
+
+    def _check_preemption(self) -> None:
+        if self.preemption_stop_at not in STOP_POINTS:
+            raise ValueError(f"preemption_stop_at must be one of {STOP_POINTS}, got {self.preemption_stop_at!r}.")
+        if self.preemption_handling and self.enable_jit_checkpoint:
+            raise ValueError(
+                "preemption_handling and transformers' enable_jit_checkpoint both handle SIGTERM. Keep "
+                "preemption_handling (all processes stop at the same step, checkpoints are published atomically) and "
+                "set enable_jit_checkpoint=False, or set preemption_handling=False."
+            )
+        if self.auto_resume and self.save_only_model:
+            raise ValueError(
+                "auto_resume=True with save_only_model=True: such checkpoints hold no optimizer, scheduler or RNG "
+                "state, so a resumed run would not continue the interrupted one. Set save_only_model=False."
+            )
+        if self.preemption_handling and self.save_only_model:
+            logger.warning(
+                "save_only_model=True: the checkpoint saved on preemption holds only the model (no optimizer, scheduler "
+                "or RNG state), so a restart cannot continue the run exactly."
             )

@@ -11,6 +11,7 @@ to TRL at a few documented override points and never copies a TRL private method
 | `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities for the paper's monitors         |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
 | `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state                            |
+| `train`, `_get_output_dir` (`PreemptionMixin`) | auto-resume, preemption handling, checkpoints published atomically  |
 
 `tests/test_trl_compat.py` pins the signatures of these TRL methods, so a TRL release that changes one fails loudly.
 """
@@ -33,6 +34,7 @@ from . import _batch
 from .dapo_config import DAPOConfig
 from .loss import trl_num_items_for_exact_normalizer, window_token_counts
 from .overlong import OverlongPenalty
+from .preemption import PreemptionMixin
 from .sampling import GroupClassification, PromptStream, RoundPlanner, SelectionPlan, classify_groups, plan_selection
 
 logger = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ logger = logging.getLogger(__name__)
 SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
 
 
-class DAPOTrainer(GRPOTrainer):
+class DAPOTrainer(PreemptionMixin, GRPOTrainer):
     """
     Trainer for DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization.
 
@@ -594,11 +596,12 @@ class DAPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if not self.args.dynamic_sampling or not hasattr(self, "_stream") or not self.args.should_save:
-            return
-        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        torch.save(self.sampler_state_dict(), os.path.join(folder, SAMPLER_STATE_NAME))
+        with self.staged_checkpoint(trial):  # the sampler state must be inside before the checkpoint is published
+            super()._save_checkpoint(model, trial)
+            if not self.args.dynamic_sampling or not hasattr(self, "_stream") or not self.args.should_save:
+                return
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            torch.save(self.sampler_state_dict(), os.path.join(folder, SAMPLER_STATE_NAME))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
