@@ -1,0 +1,92 @@
+"""Two "nodes" on one machine: the `accelerate launch` lines of a 2-node CPU run, built by `dapo_trl.launch`.
+
+tests/test_cluster.py runs these lines; tests/test_launch.py checks that the SLURM script and the Kubernetes manifests
+produce the same ones from their own variables.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from dapo_trl.launch import NodeLaunch, accelerate_command, command_line, launcher_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "tests/scripts/cluster_run.py"  # examples/train_math.py plus per-process records
+NUM_NODES = 2
+
+
+def smoke_args(output_dir, *extra: str) -> list[str]:
+    """configs/smoke.yaml with checkpoints every 2 steps, auto-resume on (as in the launch recipes)."""
+    return ["--config", "configs/smoke.yaml", "--output_dir", str(output_dir), "--disable_tqdm", "true", *extra]
+
+
+def node_lines(main_process_ip: str, port: int, train_args: list[str]) -> list[str]:
+    """One shell line per node, as `python -m dapo_trl.launch env --cpu --dry_run` prints it."""
+    env = launcher_environment(cpu=True)
+    return [
+        command_line(
+            env,
+            accelerate_command(NodeLaunch(NUM_NODES, rank, main_process_ip, port, 1), SCRIPT, train_args, cpu=True),
+        )
+        for rank in range(NUM_NODES)
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def split_line(line: str) -> tuple[dict[str, str], list[str]]:
+    """`NAME=value ... command args` -> (environment, argv)."""
+    words = shlex.split(line)
+    env = {}
+    while re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    return env, words
+
+
+STRACE = shutil.which("strace")
+TRACED_CALLS = "openat,open,creat,rename,renameat,renameat2,unlink,unlinkat"
+
+
+def start_node(line: str, record_dir: Path, log: Path, trace_dir: Path | None = None) -> subprocess.Popen:
+    """Run one node's line here: `accelerate` through this Python, optionally under `strace` (file writes only)."""
+    env, argv = split_line(line)
+    assert argv[:2] == ["accelerate", "launch"], argv
+    argv = [sys.executable, "-m", "accelerate.commands.launch", *argv[2:]]
+    if trace_dir is not None:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        argv = [STRACE, "-f", "--seccomp-bpf", "-qq", "-s", "4096", "-e", f"trace={TRACED_CALLS}", "-ff", "-o",
+                str(trace_dir / "t"), *argv]  # fmt: skip
+    full_env = {**os.environ, **env, "CLUSTER_RECORD_DIR": str(record_dir), "OMP_NUM_THREADS": "1"}
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    with open(log, "w") as out:
+        return subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+
+
+_CALL = re.compile(r"^(\w+)\((.*)\)\s+=\s+(-?\d+)")
+
+
+def written_paths(trace_dir: Path, under: Path) -> set[str]:
+    """Paths under `under` that a traced node opened for writing, created, renamed or deleted (successful calls)."""
+    paths = set()
+    for trace in trace_dir.glob("t.*"):
+        for line in trace.read_text(errors="replace").splitlines():
+            match = _CALL.match(line)
+            if not match or int(match.group(3)) < 0:
+                continue
+            call, args = match.group(1), match.group(2)
+            if call in ("open", "openat") and not re.search(r"O_WRONLY|O_RDWR|O_CREAT", args):
+                continue
+            paths.update(p for p in re.findall(r'"((?:[^"\\]|\\.)*)"', args) if p.startswith(str(under)))
+    return paths
