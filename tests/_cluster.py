@@ -22,9 +22,17 @@ SCRIPT = "tests/scripts/cluster_run.py"  # examples/train_math.py plus per-proce
 NUM_NODES = 2
 
 
+# Dynamic sampling on the total reward (the correctness reward alone is constant after the smoke config's short
+# warm-up), with round sizes equal to the deficit: the first round of a batch leaves groups missing and a refill
+# round runs. Checkpoints at steps 2 and 4; the end-of-run evaluation and summary come from train_math.py.
+TWO_NODE_EXTRA = ("--save_strategy", "steps", "--save_steps", "2", "--dynamic_sampling_reward", "total",
+                  "--dynamic_sampling_round_sizing", "deficit")  # fmt: skip
+
+
 def smoke_args(output_dir, *extra: str) -> list[str]:
-    """configs/smoke.yaml with checkpoints every 2 steps, auto-resume on (as in the launch recipes)."""
-    return ["--config", "configs/smoke.yaml", "--output_dir", str(output_dir), "--disable_tqdm", "true", *extra]
+    """configs/smoke.yaml with auto-resume on, in the order the SLURM script writes them."""
+    return ["--config", "configs/smoke.yaml", "--auto_resume", "true", "--output_dir", str(output_dir),
+            "--disable_tqdm", "true", *extra]  # fmt: skip
 
 
 def node_lines(main_process_ip: str, port: int, train_args: list[str]) -> list[str]:

@@ -11,15 +11,9 @@ import signal
 import time
 
 import pytest
-from _cluster import STRACE, free_port, node_lines, smoke_args, start_node, written_paths
+from _cluster import STRACE, TWO_NODE_EXTRA, free_port, node_lines, smoke_args, start_node, written_paths
 
 pytestmark = [pytest.mark.distributed, pytest.mark.integration]
-
-# Dynamic sampling on the total reward (the correctness reward alone is constant after the smoke config's short
-# warm-up), with round sizes equal to the deficit: the first round of a batch leaves groups missing and a refill
-# round runs. Checkpoints at steps 2 and 4; the end-of-run evaluation and summary come from train_math.py.
-TWO_NODE_EXTRA = ["--save_strategy", "steps", "--save_steps", "2", "--dynamic_sampling_reward", "total",
-                  "--dynamic_sampling_round_sizing", "deficit", "--auto_resume", "true"]  # fmt: skip
 
 
 def wait_all(processes, timeout):
@@ -112,9 +106,7 @@ def preempt_one_node(tmp_path, max_steps):
     hears nothing. Returns the two command lines, the step both stopped at and the seconds from signal to exit.
     """
     out = tmp_path / "out"
-    lines = node_lines(
-        "127.0.0.1", free_port(), smoke_args(out, "--max_steps", str(max_steps), "--auto_resume", "true")
-    )
+    lines = node_lines("127.0.0.1", free_port(), smoke_args(out, "--max_steps", str(max_steps)))
     nodes = [start_node(line, tmp_path, tmp_path / f"node{r}.log") for r, line in enumerate(lines)]
     progress = [tmp_path / f"progress-rank{r}" for r in range(2)]
     deadline = time.monotonic() + 300

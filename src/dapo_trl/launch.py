@@ -74,6 +74,8 @@ def expand_hostlist(hostlist: str) -> list[str]:
     """
     hosts: list[str] = []
     for item in _split_top_level(hostlist.strip()):
+        if not re.fullmatch(r"[^\[\]]*(\[[^\[\]]*\][^\[\]]*)*", item):
+            raise ValueError(f"Unbalanced brackets in SLURM host list {hostlist!r}.")
         parts = re.split(r"\[([^\]]*)\]", item)  # text, range, text, range, ..., text
         choices = [[text] if i % 2 == 0 else _expand_ranges(text, hostlist) for i, text in enumerate(parts)]
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
