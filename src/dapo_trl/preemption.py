@@ -270,6 +270,11 @@ class PreemptionMixin:
     _checkpoint_staging: str | None = None
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None):
+        """
+        `Trainer.train`, plus: with `args.auto_resume` and no `resume_from_checkpoint` (or with
+        `resume_from_checkpoint=True`), resume from the newest complete checkpoint of `output_dir`; when a preemption
+        signal stopped training, raise `SystemExit(75)` once the checkpoint is saved and `train()` has cleaned up.
+        """
         args = self.args
         if resume_from_checkpoint is True or (resume_from_checkpoint is None and getattr(args, "auto_resume", False)):
             latest = self._agreed_latest_checkpoint()
