@@ -63,7 +63,16 @@ def split_line(line: str) -> tuple[dict[str, str], list[str]]:
     return env, words
 
 
-STRACE = shutil.which("strace")
+def _working_strace() -> str | None:
+    """`strace`, if it is installed and may trace here (containers can forbid ptrace)."""
+    path = shutil.which("strace")
+    if path is None:
+        return None
+    probe = subprocess.run([path, "-f", "-qq", "-o", os.devnull, "true"], capture_output=True, timeout=60)
+    return path if probe.returncode == 0 else None
+
+
+STRACE = _working_strace()
 TRACED_CALLS = "openat,open,creat,rename,renameat,renameat2,unlink,unlinkat"
 
 
