@@ -8,10 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
-from _cluster import ROOT, SCRIPT, TWO_NODE_EXTRA, node_lines, smoke_args, split_line
+from _cluster import ROOT, SCRIPT, TWO_NODE_EXTRA, free_port, node_lines, smoke_args, split_line
 
 from dapo_trl.launch import (
     FORWARDED_SIGNALS,
@@ -351,3 +352,42 @@ def assert_recipe_arguments_parse(args, output_dir):
     cpu = ["--use_cpu", "true", "--bf16", "false", "--output_dir", str(output_dir)]  # this machine has no GPU
     _, training_args, _ = module.parse_args(args + cpu)
     assert training_args.auto_resume is True and training_args.preemption_handling is True
+
+
+WORKER = """
+import os, signal, sys, time
+received = []
+signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
+rank = os.environ["RANK"]
+open(sys.argv[1] + rank, "w").close()
+deadline = time.monotonic() + 120
+while not received and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(1)  # saving a checkpoint
+open(sys.argv[2] + rank, "w").write(repr(received))
+sys.exit(75)
+"""
+
+
+@pytest.mark.distributed
+def test_the_launcher_forwards_sigusr1_and_waits_for_the_save(tmp_path):
+    """SLURM signals the node's launcher: it must pass SIGUSR1 on (torch only forwards SIGTERM & co by default)."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT / "src"),
+    }
+    env.update(NUM_MACHINES="1", MACHINE_RANK="0", MAIN_PROCESS_IP="127.0.0.1", MAIN_PROCESS_PORT=str(free_port()))
+    cmd = [sys.executable, "-m", "dapo_trl.launch", "env", "--cpu", "--processes_per_machine", "2"]
+    launcher = subprocess.Popen([*cmd, str(script), str(ready), str(done)], env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{ready}{rank}").exists() for rank in range(2)):
+        assert time.monotonic() < deadline and launcher.poll() is None, "the worker did not start"
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGUSR1)
+    assert launcher.wait(timeout=120) == 128 + signal.SIGUSR1
+    for rank in range(2):
+        assert Path(f"{done}{rank}").read_text() == repr([int(signal.SIGUSR1)]), "no signal, or killed while saving"
