@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from dapo_trl.launch import NodeLaunch, accelerate_command, command_line, launcher_environment
@@ -89,6 +90,50 @@ def start_node(line: str, record_dir: Path, log: Path, trace_dir: Path | None = 
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     with open(log, "w") as out:
         return subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a launcher and every process below it (torch starts its workers in their own sessions)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, queue = [], [process.pid]
+    while queue:
+        pid = queue.pop()
+        tree.append(pid)
+        queue += parents.get(pid, [])
+    for pid in tree:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    process.wait()
+
+
+def wait_all(processes: list[subprocess.Popen], timeout: float) -> list[int]:
+    """Exit codes of all processes; on a timeout, kill every process tree (a hang must not outlive the test)."""
+    deadline = time.monotonic() + timeout
+    try:
+        return [process.wait(max(deadline - time.monotonic(), 1)) for process in processes]
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            kill_tree(process)
+        raise
+
+
+def wait_for(condition, processes: list[subprocess.Popen], timeout: float, what: str) -> None:
+    """Poll `condition()` while the processes run; kill them all if it does not come true in time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+            for process in processes:
+                kill_tree(process)
+            raise AssertionError(f"{what} did not happen within {timeout} s (or a process exited)")
+        time.sleep(0.05)
 
 
 _CALL = re.compile(r"^(\w+)\((.*)\)\s+=\s+(-?\d+)")

@@ -11,22 +11,19 @@ import signal
 import time
 
 import pytest
-from _cluster import STRACE, TWO_NODE_EXTRA, free_port, node_lines, smoke_args, start_node, written_paths
+from _cluster import (
+    STRACE,
+    TWO_NODE_EXTRA,
+    free_port,
+    node_lines,
+    smoke_args,
+    start_node,
+    wait_all,
+    wait_for,
+    written_paths,
+)
 
 pytestmark = [pytest.mark.distributed, pytest.mark.integration]
-
-
-def wait_all(processes, timeout):
-    deadline = time.monotonic() + timeout
-    codes = []
-    for process in processes:
-        try:
-            codes.append(process.wait(max(deadline - time.monotonic(), 1)))
-        except Exception:
-            for p in processes:
-                p.kill()
-            raise
-    return codes
 
 
 def read_records(record_dir):
@@ -109,10 +106,7 @@ def preempt_one_node(tmp_path, max_steps):
     lines = node_lines("127.0.0.1", free_port(), smoke_args(out, "--max_steps", str(max_steps)))
     nodes = [start_node(line, tmp_path, tmp_path / f"node{r}.log") for r, line in enumerate(lines)]
     progress = [tmp_path / f"progress-rank{r}" for r in range(2)]
-    deadline = time.monotonic() + 300
-    while not all(p.exists() for p in progress):
-        assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), "training did not start"
-        time.sleep(0.1)
+    wait_for(lambda: all(p.exists() for p in progress), nodes, 300, "the first optimizer step on both nodes")
     nodes[1].send_signal(signal.SIGTERM)
     signalled = time.monotonic()
     codes = wait_all(nodes, timeout=120)

@@ -7,12 +7,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from _cluster import ROOT, SCRIPT, TWO_NODE_EXTRA, free_port, node_lines, smoke_args, split_line
+from _cluster import ROOT, SCRIPT, TWO_NODE_EXTRA, free_port, node_lines, smoke_args, split_line, wait_for
 
 from dapo_trl.launch import (
     FORWARDED_SIGNALS,
@@ -238,10 +237,7 @@ def test_sbatch_puts_the_vllm_server_on_the_first_node(tmp_path):
 
 def test_sbatch_forwards_sigusr1_and_requeues(tmp_path):
     process, log = run_sbatch(tmp_path, "gpu[1-3]", {"SLURM_GPUS_ON_NODE": "8"}, block=True)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "training-started").exists():
-        assert time.monotonic() < deadline and process.poll() is None, "the training step did not start"
-        time.sleep(0.05)
+    wait_for((tmp_path / "training-started").exists, [process], 60, "the training step's start")
     process.send_signal(signal.SIGUSR1)  # what SLURM sends the batch shell before the time limit
     code, out, events = finish(process, log)
     assert code == 0, out
@@ -383,10 +379,7 @@ def test_the_launcher_forwards_sigusr1_and_waits_for_the_save(tmp_path):
     env.update(NUM_MACHINES="1", MACHINE_RANK="0", MAIN_PROCESS_IP="127.0.0.1", MAIN_PROCESS_PORT=str(free_port()))
     cmd = [sys.executable, "-m", "dapo_trl.launch", "env", "--cpu", "--processes_per_machine", "2"]
     launcher = subprocess.Popen([*cmd, str(script), str(ready), str(done)], env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 120
-    while not all(Path(f"{ready}{rank}").exists() for rank in range(2)):
-        assert time.monotonic() < deadline and launcher.poll() is None, "the worker did not start"
-        time.sleep(0.05)
+    wait_for(lambda: all(Path(f"{ready}{rank}").exists() for rank in range(2)), [launcher], 120, "worker start")
     launcher.send_signal(signal.SIGUSR1)
     assert launcher.wait(timeout=120) == 128 + signal.SIGUSR1
     for rank in range(2):
