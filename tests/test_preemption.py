@@ -71,13 +71,14 @@ class DiesDuringSecondSave(Recorder):
         super()._save_optimizer_and_scheduler(output_dir)
 
 
-def make(cls, output_dir, **overrides):
+def make(cls, output_dir, eval_dataset=None, **overrides):
     model, tokenizer = tiny_model_and_tokenizer()
     return cls(
         model=model,
         reward_funcs=[ScriptedReward()],
         args=config(output_dir, **{**COMMON, **overrides}),
         train_dataset=scripted_dataset(),
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
     )
 
@@ -209,6 +210,31 @@ def test_plain_grpo_trainer_with_the_callback_and_the_mixin(tmp_path):
             trainer.train()
         assert exit_info.value.code == PREEMPTION_EXIT_CODE
         assert latest_complete_checkpoint(tmp_path / folder) == str(tmp_path / folder / "checkpoint-2")
+
+
+@pytest.mark.integration
+def test_published_checkpoints_keep_best_model_tracking_and_rotation(tmp_path):
+    """transformers records the best checkpoint by the path it wrote to: it must name the published folder."""
+    trainer = make(
+        Recorder,
+        tmp_path,
+        eval_dataset=scripted_dataset(8),
+        save_strategy="steps",
+        save_steps=2,
+        eval_strategy="steps",
+        eval_steps=2,
+        per_device_eval_batch_size=8,
+        metric_for_best_model="eval_reward",
+        load_best_model_at_end=True,  # loads state.best_model_checkpoint at the end: fails on a stale path
+        save_total_limit=2,
+    )
+    trainer.train()
+    best = trainer.state.best_model_checkpoint
+    assert best is not None and ".partial-" not in best and os.path.isdir(best)
+    kept = sorted(p for p in os.listdir(tmp_path) if p.startswith("checkpoint-"))
+    assert len(kept) == 2 and {os.path.basename(best), "checkpoint-6"} <= set(kept), kept  # rotation kept both
+    for name in kept:
+        assert ".partial-" not in (tmp_path / name / "trainer_state.json").read_text()
 
 
 # ---------------------------------------------------------------------------------------------------- units
