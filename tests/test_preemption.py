@@ -237,6 +237,18 @@ def test_published_checkpoints_keep_best_model_tracking_and_rotation(tmp_path):
         assert ".partial-" not in (tmp_path / name / "trainer_state.json").read_text()
 
 
+@pytest.mark.integration
+def test_saving_a_step_again_replaces_its_checkpoint(tmp_path):
+    make(Recorder, tmp_path, max_steps=4, save_strategy="steps", save_steps=2).train()
+    first = (tmp_path / "checkpoint-4" / "trainer_state.json").stat().st_mtime_ns
+    again = make(Recorder, tmp_path, max_steps=4, save_strategy="steps", save_steps=2)
+    again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))  # an older checkpoint, chosen explicitly
+    assert (tmp_path / "checkpoint-4" / "trainer_state.json").stat().st_mtime_ns > first
+    assert latest_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    assert sorted(os.listdir(tmp_path / "checkpoint-4")) == sorted(os.listdir(tmp_path / "checkpoint-2"))
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".partial-")]
+
+
 # ---------------------------------------------------------------------------------------------------- units
 
 
