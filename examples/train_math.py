@@ -21,9 +21,11 @@ CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model Qwen/Qwen2.5-7B --max_model_len 10
 CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6 accelerate launch --config_file configs/accelerate/zero3.yaml --num_processes 7 \
     examples/train_math.py --config configs/dapo_qwen2.5_7b.yaml
 ```
-Multi-node: add `--num_machines N --machine_rank R --main_process_ip HOST` to `accelerate launch` and point
-`vllm_server_host` at the server. Each recipe states the batch plan it was written for (`recipe_*` keys); a run whose
-plan differs warns at start with the settings that restore it.
+Multi-node: `python -m dapo_trl.launch slurm|env ... examples/train_math.py ...` on every node builds the
+`accelerate launch --num_machines N --machine_rank R --main_process_ip HOST ...` line from the scheduler's variables;
+examples/slurm/ and examples/kubernetes/ are complete recipes (vLLM server on its own node, `--auto_resume true` so
+that a preempted run restarts from its newest complete checkpoint). Each recipe states the batch plan it was
+written for (`recipe_*` keys); a run whose plan differs warns at start with the settings that restore it.
 
 Departures from the paper in the CPU demo (the paper recipe is configs/dapo_qwen2.5_32b.yaml; the README's "paper
 recipe" table lists where it and verl's differ): a 0.34M-parameter model instead of Qwen2.5-32B, a synthetic task
@@ -445,6 +447,8 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
             tokenizer=trainer.processing_class,
             use_chat_template=record.prompt_format.conversational,
             chat_template_kwargs=record.prompt_format.chat_template_kwargs,
+            max_prompt_length=record.prompt_format.max_prompt_length,
+            prompt_truncation_side=record.prompt_format.prompt_truncation_side,
             scorer=None if script_args.reward_rule == "equivalence" else _reward_scorer(reward),
         )
     finish(trainer, summary)
@@ -458,6 +462,8 @@ def make_run_record(script_args: MathScriptArguments, training_args: DAPOConfig)
             conversational=script_args.conversational,
             system_prompt=script_args.system_prompt,
             chat_template_kwargs=dict(training_args.chat_template_kwargs or {}),
+            max_prompt_length=getattr(training_args, "max_prompt_length", None),
+            prompt_truncation_side=getattr(training_args, "prompt_truncation_side", "left"),
         ),
         evaluation=EvalSettings(
             k=script_args.eval_k,
@@ -496,8 +502,8 @@ def use_console(trainer: DAPOTrainer, script_args: MathScriptArguments, *, demo:
 def finish(trainer: DAPOTrainer, summary: dict) -> None:
     """Save the model, the metrics log, the curves and the summary; print the summary on one screen."""
     out = trainer.args.output_dir
-    trainer.save_model(out)
-    if not trainer.accelerator.is_main_process:
+    trainer.save_model(out)  # every process calls it (ZeRO-3 gathers the weights); the Trainer writes once
+    if not trainer.accelerator.is_main_process:  # the global main only: the nodes may share one filesystem
         return
     save_log_history(trainer.state.log_history, os.path.join(out, "metrics.jsonl"))
     try:

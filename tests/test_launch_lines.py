@@ -32,7 +32,9 @@ def _load_example():
 
 train_math = _load_example()
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(accelerate launch|torchrun|python3? |trl vllm-serve)")
-PROMPT_ROOM = 2048  # tokens a vLLM context keeps for the prompt beyond max_completion_length (verl's prompt limit)
+TARGETS = ("train_math.py", "dapo_trl.evaluation", "trl vllm-serve")  # the main job, its evaluation and its server
+# tokens a vLLM context keeps for the prompt beyond max_completion_length when the recipe sets no max_prompt_length
+PROMPT_ROOM = 2048  # verl's prompt limit
 
 
 def _logical_lines(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -50,17 +52,16 @@ def _logical_lines(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
 
 
 def _markdown_lines(path: Path) -> list[tuple[int, str]]:
-    lines, inside = [], False
+    lines, fence = [], None  # fence: the language of the open code block, None outside one
     for number, text in enumerate(path.read_text().splitlines(), 1):
-        if text.startswith("```"):
-            inside = text.strip() in ("```bash", "```sh", "```") and not inside
+        if text.lstrip().startswith("```"):
+            fence = (text.strip()[3:] or "text") if fence is None else None
             continue
-        if inside:
+        if fence in ("bash", "sh", "shell", "text"):
             lines.append((number, text))
-        else:  # inline commands written in the prose
-            lines.extend(
-                (number, span) for span in re.findall(r"`([^`]+)`", text) if COMMAND.match(span) and " --" in span
-            )
+        elif fence is None:  # inline commands written in the prose
+            spans = re.findall(r"`([^`]+)`", text)
+            lines.extend((number, span) for span in spans if COMMAND.match(span) and " --" in span)
     return lines
 
 
@@ -92,7 +93,7 @@ def documented_launch_lines() -> list[tuple[str, str]]:
     for path, reader in sources:
         for number, line in _logical_lines(reader(path)):
             line = line.strip()
-            if COMMAND.match(line):
+            if COMMAND.match(line) and any(target in line for target in TARGETS):
                 found.append((f"{path.relative_to(ROOT)}:{number}", line))
     return found
 
@@ -197,7 +198,8 @@ def test_documented_launch_line(where, line, tmp_path):
         recipe = _server_recipe(where, line)
         assert tokens[tokens.index("--model") + 1] == recipe["model_name_or_path"]
         max_model_len = int(tokens[tokens.index("--max_model_len") + 1])
-        assert max_model_len - recipe["max_completion_length"] >= PROMPT_ROOM, "no room left for the prompt"
+        room = recipe.get("max_prompt_length") or PROMPT_ROOM
+        assert max_model_len >= recipe["max_completion_length"] + room, "no room left for the prompt"
         if "vllm_max_model_length" in recipe:
             assert recipe["vllm_max_model_length"] == max_model_len
     else:

@@ -23,7 +23,8 @@ def build_run_folder(tmp_path, *, chat_template: str | None):
     tokenizer = build_char_tokenizer()
     if chat_template:
         tokenizer.chat_template = chat_template
-    build_tiny_model(tokenizer, hidden_size=32, num_heads=2).save_pretrained(model_dir)
+    # a context long enough for DAPO's template (the trainer refuses prompts the model cannot read)
+    build_tiny_model(tokenizer, hidden_size=32, num_heads=2, max_position_embeddings=512).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     data = tmp_path / "data.jsonl"
     rows = [{"problem": "What is 2+3?", "answer": "5"}, {"problem": "What is 10+7?", "answer": "17"}]
@@ -76,8 +77,10 @@ def evaluation_prompt_ids(model_dir, data, monkeypatch) -> list[list[int]]:
         (CHAT_TEMPLATE, ["--conversational", "true"]),  # the Qwen recipes: the chat template, as verl
         (CHAT_TEMPLATE, ["--conversational", "true", "--system_prompt", "Be brief."]),
         (None, ["--system_prompt", "Be brief."]),
+        (CHAT_TEMPLATE, ["--conversational", "true", "--max_prompt_length", "40"]),  # cut as verl: keep the end
+        (None, ["--max_prompt_length", "40", "--prompt_truncation_side", "right"]),
     ],
-    ids=["plain", "template-unused", "chat", "chat-system", "plain-system"],
+    ids=["plain", "template-unused", "chat", "chat-system", "plain-system", "chat-cut-left", "plain-cut-right"],
 )
 def test_training_and_evaluation_prompts_are_identical(tmp_path, monkeypatch, chat_template, flags):
     model_dir, data = build_run_folder(tmp_path, chat_template=chat_template)
@@ -85,6 +88,10 @@ def test_training_and_evaluation_prompts_are_identical(tmp_path, monkeypatch, ch
     evaluated = evaluation_prompt_ids(model_dir, data, monkeypatch)
     assert evaluated == trained
     texts = [tokenizer.decode(ids) for ids in trained]
+    if "--max_prompt_length" in flags:
+        assert all(len(ids) == 40 for ids in trained)
+        assert texts[0].endswith("<|assistant|>") if "--conversational" in flags else texts[0].startswith("Solve")
+        return
     assert "What is 2+3?" in texts[0] and "Answer:" in texts[0]  # DAPO's template around the problem
     assert texts[0].endswith("<|assistant|>") == ("--conversational" in flags)
     assert ("Be brief." in texts[0]) == ("--system_prompt" in flags)

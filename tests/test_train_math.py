@@ -86,7 +86,13 @@ def test_real_data_path_on_local_files(tmp_path):
     assert summary["eval"]["num_prompts"] == 4
     assert_outputs(out)
     record = json.loads((out / "dapo_run.json").read_text())
-    assert record["prompt_format"] == {"conversational": False, "system_prompt": None, "chat_template_kwargs": {}}
+    assert record["prompt_format"] == {
+        "conversational": False,
+        "system_prompt": None,
+        "chat_template_kwargs": {},
+        "max_prompt_length": None,
+        "prompt_truncation_side": "left",
+    }
     assert record["evaluation"]["k"] == 2 and record["evaluation"]["max_new_tokens"] == 8
 
 

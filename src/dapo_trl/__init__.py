@@ -8,7 +8,10 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`OverlongPenalty`], [`soft_overlong_penalty`], [`is_truncated`]: overlong reward shaping (Eq. 13).
 - [`classify_groups`], [`RoundPlanner`], [`plan_selection`], [`PromptStream`], [`SelectionPlan`]: dynamic sampling
   decisions, for subclasses that override the trainer's extension points.
+- [`SkipPolicy`], [`PromptHistory`]: pre-rollout skipping of prompts whose recent groups were all zero-variance.
 - [`clipped_surrogate`], [`token_level_mean`], [`sequence_level_mean`], [`dapo_loss`]: the objective as pure functions.
+- [`PreemptionCallback`], [`PreemptionMixin`], [`latest_complete_checkpoint`]: preemption-safe training for any
+  transformers `Trainer` (built into DAPOTrainer).
 
 Names are imported lazily so that `import dapo_trl.math_answer` does not pay for importing TRL.
 """
@@ -39,10 +42,15 @@ _EXPORTS = {
     "plan_selection": "sampling",
     "SelectionPlan": "sampling",
     "PromptStream": "sampling",
+    "SkipPolicy": "prompt_history",
+    "PromptHistory": "prompt_history",
     "clipped_surrogate": "loss",
     "token_level_mean": "loss",
     "sequence_level_mean": "loss",
     "dapo_loss": "loss",
+    "PreemptionCallback": "preemption",
+    "PreemptionMixin": "preemption",
+    "latest_complete_checkpoint": "preemption",
 }
 
 __all__ = [
@@ -51,15 +59,20 @@ __all__ = [
     "GroupClassification",
     "MathVerifierReward",
     "OverlongPenalty",
+    "PromptHistory",
+    "PreemptionCallback",
+    "PreemptionMixin",
     "PromptStream",
     "RoundPlanner",
     "SelectionPlan",
+    "SkipPolicy",
     "__version__",
     "classify_groups",
     "clipped_surrogate",
     "dapo_loss",
     "extract_answer",
     "is_truncated",
+    "latest_complete_checkpoint",
     "plan_selection",
     "sequence_level_mean",
     "soft_overlong_penalty",
@@ -88,6 +101,8 @@ if TYPE_CHECKING:
     from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
     from .math_answer import extract_answer, score_completion, verify, verify_batch
     from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
+    from .preemption import PreemptionCallback, PreemptionMixin, latest_complete_checkpoint
+    from .prompt_history import PromptHistory, SkipPolicy
     from .rewards import MathVerifierReward
     from .sampling import (
         GroupClassification,

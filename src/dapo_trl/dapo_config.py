@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ._validate import check_settings
+from .preemption import STOP_POINTS
 from .sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
+TRUNCATION_SIDES = ("left", "right", "error")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,6 +80,49 @@ class DAPOConfig(GRPOConfig):
             Carry informative groups left over once the batch is full into the next generation batch instead of
             discarding them. Carried groups are one policy version stale and their importance ratio uses the
             log-probabilities of the policy that sampled them (computed when they are carried).
+
+        > Prompt length (TRL 1.16 has no prompt limit: string prompts are tokenised whole)
+
+        max_prompt_length (`int`, *optional*):
+            Longest prompt, in tokens (after the chat template); a longer prompt is cut on `prompt_truncation_side`
+            before generation, and `prompts/truncated_ratio` logs how often. `None` (default) sets no limit, and a
+            training prompt longer than the model's context (`max_position_embeddings`) is refused when the trainer
+            is built, naming its row. verl's DAPO recipe uses 2,048.
+        prompt_truncation_side (`str`, *optional*, defaults to `"left"`):
+            `"left"` keeps the end of the prompt (the question and the answer format usually come last; verl's
+            choice), `"right"` keeps its start, `"error"` refuses a prompt longer than `max_prompt_length`.
+
+        > Pre-rollout prompt skipping (dynamic sampling)
+
+        dynamic_sampling_skip (`bool`, *optional*, defaults to `False`):
+            Before generating, pass over prompts whose recent groups were all zero-variance (all-correct, or
+            all-wrong), with a probability explored and adapted online ([`SkipPolicy`]): each such history class is
+            skipped when it is measured to be less informative than the groups generated, never beyond
+            `dynamic_sampling_skip_max_prob`. Saves generation from the second epoch on; off by default, like the
+            paper's recipe. Needs `dynamic_sampling=True`.
+        dynamic_sampling_skip_target (`float`, *optional*, defaults to `0.75`):
+            Informative rate of the generated groups that skipping steers towards, in `(0, 1]`: while the generated
+            groups are less informative, skipping tightens (as far as the measured rates justify); above it, it
+            relaxes. `1.0` always skips as far as the measured rates justify.
+        dynamic_sampling_skip_max_prob (`float`, *optional*, defaults to `0.95`):
+            Highest probability of skipping a prompt, in `[0, 1)`: a skipped prompt keeps at least
+            `1 - dynamic_sampling_skip_max_prob` chance to be generated each time the stream reaches it, so prompts
+            that become learnable are found again. `0.0` never skips.
+
+        > Preemption and restarts (see `dapo_trl.preemption`)
+
+        preemption_handling (`bool`, *optional*, defaults to `True`):
+            On SIGTERM or SIGUSR1, finish the current rollout (see `preemption_stop_at`), save a complete checkpoint
+            (model, optimizer, scheduler, RNG, dynamic-sampling state; even with `save_strategy="no"`) and exit with
+            code 75. All processes stop at the same step even when only some received the signal.
+        preemption_stop_at (`str`, *optional*, defaults to `"rollout"`):
+            `"rollout"`: stop once the current generation round's updates are done, so the resumed run matches an
+            uninterrupted one exactly. `"step"`: stop after the current optimizer step (sooner when a rollout holds
+            many updates; the resumed run regenerates the rest of the interrupted rollout).
+        auto_resume (`bool`, *optional*, defaults to `False`):
+            `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
+            `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
+            restarts with the same command. Checkpoints are published atomically either way.
     """
 
     # Paper defaults that differ from GRPOConfig's
@@ -155,12 +204,61 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Carry surplus informative groups into the next generation batch instead of discarding."},
     )
 
+    # Prompt length
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Longest prompt, in tokens; longer prompts are cut on prompt_truncation_side. None: no limit "
+            "(prompts longer than the model's context are refused when the trainer is built)."
+        },
+    )
+    prompt_truncation_side: str = field(
+        default="left",
+        metadata={
+            "help": "Where prompts longer than max_prompt_length are cut: 'left' keeps their end (verl's choice), "
+            "'right' keeps their start, 'error' refuses them.",
+            "choices": TRUNCATION_SIDES,
+        },
+    )
+
+    # Pre-rollout prompt skipping
+    dynamic_sampling_skip: bool = field(
+        default=False,
+        metadata={"help": "Skip, before generation, prompts whose recent groups were all zero-variance (explored)."},
+    )
+    dynamic_sampling_skip_target: float = field(
+        default=0.75,
+        metadata={"help": "Informative rate of generated groups that skipping steers towards, in (0, 1]."},
+    )
+    dynamic_sampling_skip_max_prob: float = field(
+        default=0.95,
+        metadata={"help": "Highest skip probability, in [0, 1): a skipped prompt keeps a chance to be drawn again."},
+    )
+
+    # Preemption and restarts
+    preemption_handling: bool = field(
+        default=True,
+        metadata={"help": "On SIGTERM/SIGUSR1: finish the current rollout, save a checkpoint, exit with code 75."},
+    )
+    preemption_stop_at: str = field(
+        default="rollout",
+        metadata={"help": "Where a preempted run stops: 'rollout' (exact resume) or 'step'.", "choices": STOP_POINTS},
+    )
+    auto_resume: bool = field(
+        default=False,
+        metadata={"help": "Resume from the newest complete checkpoint in output_dir when there is one."},
+    )
+
     def __post_init__(self):
+        check_settings(self)
         super().__post_init__()
         self._check_clipping()
         self._check_overlong()
         self._check_dynamic_sampling()
         self._check_token_normalizer()
+        self._check_prompt_length()
+        self._check_dynamic_sampling_skip()
+        self._check_preemption()
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -191,12 +289,6 @@ class DAPOConfig(GRPOConfig):
                 f"overlong_penalty_factor ({self.overlong_penalty_factor}) must be non-negative: it is the size of the "
                 "penalty subtracted from overlong completions."
             )
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            raise ValueError(
-                "overlong_shaping adds the length penalty to the correctness reward before advantages (DAPO Eq. 13), "
-                "but multi_objective_aggregation='normalize_then_sum' normalises each reward on its own. Use "
-                "'sum_then_normalize' or set overlong_shaping=False."
-            )
 
     def _check_dynamic_sampling(self) -> None:
         if self.dynamic_sampling_on_exhausted not in EXHAUSTED_POLICIES:
@@ -218,18 +310,11 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(f"dynamic_sampling_margin must be >= 0, got {self.dynamic_sampling_margin}.")
         if self.dynamic_sampling_max_round_prompts is not None and self.dynamic_sampling_max_round_prompts < 1:
             raise ValueError("dynamic_sampling_max_round_prompts must be a positive integer or None.")
-        if not self.dynamic_sampling:
-            return
-        if self.scale_rewards == "batch":
+        if self.dynamic_sampling and self.dynamic_sampling_carry_over and self.use_liger_kernel:
             raise ValueError(
-                "scale_rewards='batch' normalises advantages over each generation round, not over the filtered batch "
-                "that dynamic sampling trains on. Use scale_rewards='group' (the paper's Eq. 9) or 'none', or set "
-                "dynamic_sampling=False."
-            )
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            raise ValueError(
-                "multi_objective_aggregation='normalize_then_sum' normalises over each generation round, not over the "
-                "filtered batch. Use 'sum_then_normalize' or set dynamic_sampling=False."
+                "dynamic_sampling_carry_over needs the trainer's own loss forward (carried rows are trained against the "
+                "log-probabilities of the policy that sampled them, fresh rows against the current ones), which the "
+                "Liger fused loss bypasses. Set use_liger_kernel=False or dynamic_sampling_carry_over=False."
             )
 
     def _check_token_normalizer(self) -> None:
@@ -243,4 +328,53 @@ class DAPOConfig(GRPOConfig):
                 f"a multiple of gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set "
                 "steps_per_generation to a multiple of gradient_accumulation_steps (the paper does 16 updates per "
                 "rollout: steps_per_generation = 16 * gradient_accumulation_steps)."
+            )
+
+    def _check_prompt_length(self) -> None:
+        if self.prompt_truncation_side not in TRUNCATION_SIDES:
+            raise ValueError(
+                f"prompt_truncation_side must be one of {TRUNCATION_SIDES}, got {self.prompt_truncation_side!r}."
+            )
+        if self.max_prompt_length is not None and (
+            isinstance(self.max_prompt_length, bool) or not isinstance(self.max_prompt_length, int)
+        ):
+            raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length!r}.")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length}.")
+
+    def _check_dynamic_sampling_skip(self) -> None:
+        if not 0.0 < self.dynamic_sampling_skip_target <= 1.0:
+            raise ValueError(
+                f"dynamic_sampling_skip_target must be in (0, 1], got {self.dynamic_sampling_skip_target}: it is the "
+                "informative rate of the generated groups that prompt skipping steers towards."
+            )
+        if not 0.0 <= self.dynamic_sampling_skip_max_prob < 1.0:
+            raise ValueError(
+                f"dynamic_sampling_skip_max_prob must be in [0, 1), got {self.dynamic_sampling_skip_max_prob}: below 1 "
+                "so that a skipped prompt can still be drawn again when it becomes learnable."
+            )
+        if self.dynamic_sampling_skip and not self.dynamic_sampling:
+            raise ValueError(
+                "dynamic_sampling_skip=True passes over prompts drawn by dynamic sampling's prompt stream, but "
+                "dynamic_sampling=False. Set dynamic_sampling=True, or dynamic_sampling_skip=False."
+            )
+
+    def _check_preemption(self) -> None:
+        if self.preemption_stop_at not in STOP_POINTS:
+            raise ValueError(f"preemption_stop_at must be one of {STOP_POINTS}, got {self.preemption_stop_at!r}.")
+        if self.preemption_handling and self.enable_jit_checkpoint:
+            raise ValueError(
+                "preemption_handling and transformers' enable_jit_checkpoint both handle SIGTERM. Keep "
+                "preemption_handling (all processes stop at the same step, checkpoints are published atomically) and "
+                "set enable_jit_checkpoint=False, or set preemption_handling=False."
+            )
+        if self.auto_resume and self.save_only_model:
+            raise ValueError(
+                "auto_resume=True with save_only_model=True: such checkpoints hold no optimizer, scheduler or RNG "
+                "state, so a resumed run would not continue the interrupted one. Set save_only_model=False."
+            )
+        if self.preemption_handling and self.save_only_model:
+            logger.warning(
+                "save_only_model=True: the checkpoint saved on preemption holds only the model (no optimizer, scheduler "
+                "or RNG state), so a restart cannot continue the run exactly."
             )

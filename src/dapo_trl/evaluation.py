@@ -214,13 +214,16 @@ def sample_completions(
     seed: int | None = 0,
     progress: bool = False,
     chat_template_kwargs: dict[str, Any] | None = None,
+    max_prompt_length: int | None = None,
+    prompt_truncation_side: str = "left",
 ) -> list[list[str]]:
     """
     Sample `k` completions per prompt with transformers `generate` (left padding, special tokens skipped).
 
-    Prompts are encoded as TRL's `GRPOTrainer` encodes them for training (see [`encode_prompts`]): chat-message
-    prompts through the tokenizer's chat template with a generation prompt (and `chat_template_kwargs`), plain-text
-    prompts as they are. `batch_size` counts prompts; each batch holds `batch_size * k` sequences.
+    Prompts are encoded as `DAPOTrainer` encodes them for training (see [`encode_prompts`]): chat-message prompts
+    through the tokenizer's chat template with a generation prompt (and `chat_template_kwargs`), plain-text prompts as
+    they are, then cut to `max_prompt_length` tokens on `prompt_truncation_side` (DAPOConfig's settings of the same
+    names). `batch_size` counts prompts; each batch holds `batch_size * k` sequences.
 
     Returns:
         `list[list[str]]`: `k` decoded completions for each prompt, in order.
@@ -257,7 +260,12 @@ def sample_completions(
         batches = range(0, len(texts), batch_size)
         for start in tqdm(batches, desc="sampling", disable=not progress, unit="batch"):
             chunk = texts[start : start + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens).to(device)
+            ids = tokenizer(chunk, add_special_tokens=add_special_tokens)["input_ids"]
+            if max_prompt_length is not None:
+                from ._dataset_checks import truncate_prompt_ids
+
+                ids, _ = truncate_prompt_ids(ids, max_prompt_length, prompt_truncation_side)
+            enc = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(device)
             with torch.no_grad():
                 generated = model.generate(**enc, **gen_kwargs)  # (len(chunk) * k, P + C)
             decoded = tokenizer.batch_decode(generated[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
@@ -311,12 +319,22 @@ def _sample_vllm(
     top_p: float,
     seed: int | None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    tokenizer: Any = None,
+    max_prompt_length: int | None = None,
+    prompt_truncation_side: str = "left",
 ) -> list[list[str]]:  # pragma: no cover - vLLM needs CUDA; this branch is not exercised by the test suite
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model_path, seed=seed or 0)
     params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
-    if all(isinstance(p, str) for p in prompts):
+    if max_prompt_length is not None:  # cut as in training: render, tokenise, truncate, pass token ids
+        from ._dataset_checks import truncate_prompt_ids
+
+        texts, special = encode_prompts(tokenizer, prompts, chat_template_kwargs=chat_template_kwargs)
+        ids = tokenizer(texts, add_special_tokens=special)["input_ids"]
+        ids, _ = truncate_prompt_ids(ids, max_prompt_length, prompt_truncation_side)
+        results = llm.generate([{"prompt_token_ids": list(i)} for i in ids], params)
+    elif all(isinstance(p, str) for p in prompts):
         results = llm.generate(list(prompts), params)
     else:
         results = llm.chat([list(p) for p in prompts], params, chat_template_kwargs=chat_template_kwargs or None)
@@ -407,6 +425,8 @@ def evaluate(
     tokenizer: Any = None,
     use_chat_template: bool | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    max_prompt_length: int | None = None,
+    prompt_truncation_side: str | None = None,
     batch_size: int = 8,
     seed: int | None = 0,
     progress: bool = True,
@@ -448,6 +468,9 @@ def evaluate(
         chat_template_kwargs (`dict`, *optional*):
             Extra arguments of `apply_chat_template`, as the run's `chat_template_kwargs`. Defaults to the recorded
             ones, when the run folder has a record.
+        max_prompt_length (`int`, *optional*), prompt_truncation_side (`str`, *optional*):
+            Cut prompts as the run's DAPOConfig did (`"left"` keeps their end). Default to the recorded values, else
+            no limit.
         batch_size (`int`, *optional*, defaults to `8`):
             Prompts per `generate` call (each with `k` samples).
         return_samples (`bool`, *optional*, defaults to `False`):
@@ -478,8 +501,8 @@ def evaluate(
         tokenizer = AutoTokenizer.from_pretrained(model_or_path)
         if tokenizer.pad_token is None:  # e.g. Llama: batched generation needs a pad token
             tokenizer.pad_token = tokenizer.eos_token
-    use_chat_template, chat_template_kwargs = _prompt_format(
-        model_or_path, tokenizer, use_chat_template, chat_template_kwargs
+    use_chat_template, chat_template_kwargs, max_prompt_length, prompt_truncation_side = _prompt_format(
+        model_or_path, tokenizer, use_chat_template, chat_template_kwargs, max_prompt_length, prompt_truncation_side
     )
     prompts = [_as_format(p, use_chat_template) for p in dataset["prompt"]]
     answers = [str(a) for a in dataset["answer"]]
@@ -495,6 +518,9 @@ def evaluate(
             top_p=top_p,
             seed=seed,
             chat_template_kwargs=chat_template_kwargs,
+            tokenizer=tokenizer,
+            max_prompt_length=max_prompt_length,
+            prompt_truncation_side=prompt_truncation_side,
         )
     else:
         model = model_or_path
@@ -517,6 +543,8 @@ def evaluate(
             seed=seed,
             progress=progress,
             chat_template_kwargs=chat_template_kwargs,
+            max_prompt_length=max_prompt_length,
+            prompt_truncation_side=prompt_truncation_side,
         )
     correct = [[scorer(c, a) for c in group] for group, a in zip(completions, answers, strict=True)]
     extracted = [[answer_extractor(c) for c in group] for group in completions]
@@ -537,16 +565,23 @@ def evaluate(
 
 
 def _prompt_format(
-    model_or_path: Any, tokenizer: Any, use_chat_template: bool | None, chat_template_kwargs: dict[str, Any] | None
-) -> tuple[bool, dict[str, Any]]:
+    model_or_path: Any,
+    tokenizer: Any,
+    use_chat_template: bool | None,
+    chat_template_kwargs: dict[str, Any] | None,
+    max_prompt_length: int | None,
+    prompt_truncation_side: str | None,
+) -> tuple[bool, dict[str, Any], int | None, str]:
+    """Fill the prompt-format settings not given from the run record of `model_or_path`, if it has one."""
     from .run_record import read_run_record
 
     record = read_run_record(model_or_path) if isinstance(model_or_path, str) else None
     if record is not None:
-        if use_chat_template is None:
-            use_chat_template = record.prompt_format.conversational
-        if chat_template_kwargs is None:
-            chat_template_kwargs = record.prompt_format.chat_template_kwargs
+        recorded = record.prompt_format
+        use_chat_template = recorded.conversational if use_chat_template is None else use_chat_template
+        chat_template_kwargs = recorded.chat_template_kwargs if chat_template_kwargs is None else chat_template_kwargs
+        max_prompt_length = recorded.max_prompt_length if max_prompt_length is None else max_prompt_length
+        prompt_truncation_side = prompt_truncation_side or recorded.prompt_truncation_side
     if use_chat_template is None:
         use_chat_template = getattr(tokenizer, "chat_template", None) is not None
         if use_chat_template:
@@ -554,7 +589,7 @@ def _prompt_format(
                 "No record of the prompt format the model was trained with: applying the tokenizer's chat template "
                 "because it has one. Pass use_chat_template=False if the model was trained on plain-text prompts."
             )
-    return use_chat_template, dict(chat_template_kwargs or {})
+    return use_chat_template, dict(chat_template_kwargs or {}), max_prompt_length, prompt_truncation_side or "left"
 
 
 def _as_format(prompt: Any, use_chat_template: bool) -> Any:
@@ -617,6 +652,10 @@ def build_parser() -> Any:
         help="Apply the tokenizer's chat template: auto = as the run trained (its record), else if it has one.",
     )
     prompt.add_argument("--system_prompt", default=None, help="System message (default: the run record's).")
+    prompt.add_argument(
+        "--max_prompt_length", type=positive_int, default=None, help="Cut longer prompts (default: the run record's)."
+    )
+    prompt.add_argument("--prompt_truncation_side", default=None, choices=("left", "right", "error"))
     prompt.add_argument("--ignore_run_record", action="store_true", help="Do not read the model's dapo_run.json.")
 
     scoring = parser.add_argument_group("scoring and output")
@@ -657,6 +696,10 @@ def parse_cli(argv: Sequence[str] | None = None) -> Any:
         args.chat = "yes" if record.prompt_format.conversational else "no"
     if record is not None and args.system_prompt is None:
         args.system_prompt = record.prompt_format.system_prompt
+    if record is not None:
+        recorded = record.prompt_format
+        args.max_prompt_length = args.max_prompt_length or recorded.max_prompt_length
+        args.prompt_truncation_side = args.prompt_truncation_side or recorded.prompt_truncation_side
     args.chat_template_kwargs = {} if record is None else record.prompt_format.chat_template_kwargs
     args.run_record = record
     return args
@@ -707,6 +750,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         answer_equivalent=(lambda a, b: _normalize(a) == _normalize(b)) if exact else None,
         use_chat_template=chat,
         chat_template_kwargs=args.chat_template_kwargs,
+        max_prompt_length=args.max_prompt_length,
+        prompt_truncation_side=args.prompt_truncation_side,
         batch_size=args.batch_size,
         seed=args.seed,
         return_samples=args.save_samples,

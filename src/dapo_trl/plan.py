@@ -188,7 +188,7 @@ def format_plan(plan: BatchPlan, *, recipe: dict[str, int | None] | None = None)
     prompt_limit = (
         f"prompts up to {plan.max_prompt_length} tokens"
         if plan.max_prompt_length
-        else "prompts untruncated (TRL 1.16 has no prompt-length limit)"
+        else "prompts uncut (no max_prompt_length)"
     )
     rows = [
         ("processes", f"{plan.num_processes}"),

@@ -4,7 +4,8 @@ What a training run writes next to its model so that evaluation reads the model 
 `examples/train_math.py` writes `dapo_run.json` into its output folder before training:
 
 - `prompt_format`: how a dataset row's prompt became model input: plain text tokenised as it is, or chat messages
-  through the tokenizer's chat template (with the run's `chat_template_kwargs`), and the system prompt if any;
+  through the tokenizer's chat template (with the run's `chat_template_kwargs`), the system prompt if any, and the
+  prompt-length limit;
 - `evaluation`: the sampling settings of the run's own evaluation (k, temperature, top-p, new-token limit, batch size,
   seed, reward rule), so that `python -m dapo_trl.evaluation --model RUN_FOLDER` measures what the run measured;
 - `heldout`: for the CPU demo, the name of the held-out file written next to it.
@@ -36,11 +37,15 @@ class PromptFormat:
             A system message before the user message (conversational), or text before the prompt (plain).
         chat_template_kwargs (`dict`, *optional*):
             Extra keyword arguments of `apply_chat_template` (TRL's `chat_template_kwargs`).
+        max_prompt_length (`int`, *optional*), prompt_truncation_side (`str`, *optional*, defaults to `"left"`):
+            How long prompts were cut, in tokens after the chat template (DAPOConfig's settings of the same names).
     """
 
     conversational: bool = False
     system_prompt: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_prompt_length: int | None = None
+    prompt_truncation_side: str = "left"
 
     def describe(self) -> str:
         kind = "chat template" if self.conversational else "plain text, no chat template"
