@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from dapo_trl import _verify_pool, math_answer
-from dapo_trl.math_answer import (
+from dapo_trl.verifier import api as math_answer
+from dapo_trl.verifier import (
     extract_answer,
     extract_gold_answer,
     score_completion,
     verify,
     verify_batch,
 )
+from dapo_trl.verifier import pool as _verify_pool
 
 CASES = Path(__file__).parent / "data" / "verifier_cases.jsonl"
 
@@ -94,7 +95,8 @@ def test_cut_off_completion_has_no_answer(text):
 
 
 def test_extract_rejects_non_strings_and_oversized_answers():
-    assert extract_answer(None) is None
+    with pytest.raises(TypeError, match="`text` must be a str, got NoneType"):
+        extract_answer(None)
     assert extract_answer("Answer: " + "1" * 5000) is None
 
 

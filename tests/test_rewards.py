@@ -6,8 +6,9 @@ import pickle
 import pytest
 from trl.trainer.utils import get_callable_name
 
-from dapo_trl import math_answer, rewards
+from dapo_trl import rewards
 from dapo_trl.rewards import MathVerifierReward, completion_text
+from dapo_trl.verifier import api as math_answer
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from dapo_trl import _verify_pool, math_answer
-from dapo_trl._verify_pool import VerifierPool
-from dapo_trl.math_answer import extract_answer, extract_gold_answer, score_completion, verify, verify_batch
+from dapo_trl.verifier import api as math_answer
+from dapo_trl.verifier import extract_answer, extract_gold_answer, score_completion, verify, verify_batch
+from dapo_trl.verifier import pool as _verify_pool
+from dapo_trl.verifier.pool import VerifierPool
 
 TIMEOUT_S = 1.0
 # Scheduling jitter on a loaded 2-core CI machine; the deadline itself is TIMEOUT_S.
@@ -181,7 +182,7 @@ def test_daemonic_pool_worker():
 PLANTED = """
 import time
 
-from dapo_trl.math_symbolic import symbolic_equivalent
+from dapo_trl.verifier.symbolic import symbolic_equivalent
 
 
 def compare(gold, pred):
@@ -282,7 +283,7 @@ def test_workers_die_with_a_killed_caller(tmp_path):
     script = tmp_path / "caller.py"
     script.write_text(
         "import sys, time\n"
-        "from dapo_trl import _verify_pool\n"
+        "from dapo_trl.verifier import pool as _verify_pool\n"
         "pool = _verify_pool.get_pool(2)\n"
         "pool.warm_up(2)\n"
         "print(*pool.pids(), flush=True)\n"
