@@ -72,6 +72,7 @@ _PLACEHOLDER = "\ue000"
 _TEXT_WRAPPER = re.compile(r"\\text\{([^{}]*)\}")
 _LEADING_CHOICE = re.compile(r"^(?:\*\*)?\(?[A-J]\)(?:\*\*)?(?:\s|$)")
 _PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d{1,300}(?:\.\d{0,300})?|\.\d{1,300})\s*")
+_SIMPLE_LINE = re.compile(r"[ \t]*\$?[ \t]*-?\d{1,300}[ \t]*\$?[ \t]*")
 
 
 # ------------------------------------------------------------------------------------------------------- boxes
@@ -174,6 +175,8 @@ def _anchored(text: str, start: int) -> str | None:
         if m:
             return next(g for g in m.groups() if g is not None).strip()
     line = rest.split("\n", 1)[0]
+    if _SIMPLE_LINE.fullmatch(line):  # "Answer: 34", "Answer: $34$": the common case, decided in a microsecond
+        return line.strip().strip("$").strip()
     if _LEADING_CHOICE.match(line):  # "(B) $12$": the letter is the answer to a multiple-choice question
         return strip_trailing_punctuation(line.replace("**", "").strip())
     return _value_of(_first_sentence(line))
@@ -248,8 +251,10 @@ def _lenient(text: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------------- API
 def _answer_region(text: str) -> str | None:
     """The part of a completion an answer may come from; `None` when it was cut off while still reasoning."""
-    text = text[-MAX_COMPLETION_CHARS:].replace(_PLACEHOLDER, "")
-    marker = _TURN_MARKER.search(text)
+    text = text[-MAX_COMPLETION_CHARS:]
+    if _PLACEHOLDER in text:
+        text = text.replace(_PLACEHOLDER, "")
+    marker = _TURN_MARKER.search(text) if "<" in text else None
     if marker:
         text = text[: marker.start()]
     think_end = text.rfind("</think>")
@@ -284,6 +289,8 @@ def extract(text: str, extraction: str = "strict") -> str | None:
 
 def unwrap_gold(gold: object) -> str | None:
     """A gold value as text: one-element lists are unwrapped, numbers written out; containers are never stringified."""
+    if isinstance(gold, str):
+        return gold
     for _ in range(8):
         if isinstance(gold, (list, tuple)) and len(gold) == 1:
             gold = gold[0]

@@ -144,43 +144,38 @@ def strip_trailing_punctuation(text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------- structure
-_OPEN, _CLOSE = "([{", ")]}"
-
-
-def _step(s: str, i: int) -> int:
-    """+1 at an opening bracket (also `\\langle`), -1 at a closing one, else 0."""
-    ch = s[i]
-    if ch in _OPEN or (ch == "\\" and s.startswith("\\langle", i)):
-        return 1
-    if ch in _CLOSE or (ch == "\\" and s.startswith("\\rangle", i)):
-        return -1
-    return 0
+_BRACKET = re.compile(r"[([{)\]}]|\\[lr]angle(?![a-zA-Z])")
+_OPENING = {"(", "[", "{", "\\langle"}
 
 
 def max_depth(s: str) -> int:
+    """Deepest bracket nesting of `s` (`\\langle` counts), or -1 when the brackets do not balance."""
     depth = best = 0
-    for i in range(len(s)):
-        depth += _step(s, i)
+    for m in _BRACKET.finditer(s):
+        depth += 1 if m.group() in _OPENING else -1
         best = max(best, depth)
         if depth < 0:
             return -1
     return best if depth == 0 else -1
 
 
+@lru_cache(maxsize=64)
+def _splitter(seps: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join([_BRACKET.pattern, *(re.escape(sep) for sep in seps)]))
+
+
 def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
     """`s` split on any of `seps` outside brackets, braces and angle brackets, each part stripped."""
-    parts, start, depth, i = [], 0, 0, 0
-    while i < len(s):
-        step = _step(s, i)
-        depth += step
-        if step == 0 and depth == 0:
-            sep = next((x for x in seps if s.startswith(x, i)), None)
-            if sep is not None:
-                parts.append(s[start:i])
-                i += len(sep)
-                start = i
-                continue
-        i += 1
+    if not any(sep in s for sep in seps):
+        return [s.strip()]
+    parts, start, depth = [], 0, 0
+    for m in _splitter(seps).finditer(s):
+        token = m.group()
+        if _BRACKET.fullmatch(token):
+            depth += 1 if token in _OPENING else -1
+        elif depth == 0:
+            parts.append(s[start : m.start()])
+            start = m.end()
     parts.append(s[start:])
     return [p.strip() for p in parts]
 
@@ -190,10 +185,9 @@ def _wrapped(s: str, left: str, right: str) -> str | None:
     if not (s.startswith(left) and s.endswith(right)) or len(s) < len(left) + len(right):
         return None
     depth = 0
-    for i in range(len(s)):
-        step = _step(s, i)
-        depth += step
-        if step < 0 and depth == 0 and i < len(s) - len(right):
+    for m in _BRACKET.finditer(s):
+        depth += 1 if m.group() in _OPENING else -1
+        if depth == 0 and m.start() < len(s) - len(right):
             return None
     return s[len(left) : len(s) - len(right)]
 

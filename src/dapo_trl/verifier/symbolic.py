@@ -153,6 +153,9 @@ def _sympy_equal(a, b) -> bool:
         return a == b and a in (sympy.oo, -sympy.oo)
     if a == b:  # the parser does not evaluate: 1/(1 - 1) is only seen to be zoo once computed
         return not _undefined(_evaluated(a))
+    ra, rb = _rebuilt(a), _rebuilt(b)  # and leaves products unordered: F_k F_j and F_j F_k only look different
+    if ra == rb and not isinstance(ra, sympy.logic.boolalg.BooleanAtom):  # x+1 = x+2 rebuilds to False
+        return not _undefined(_evaluated(ra))
     if isinstance(a, sympy.MatrixExpr) or isinstance(b, sympy.MatrixExpr):
         a, b = _explicit(a), _explicit(b)
     if isinstance(a, sympy.MatrixBase) or isinstance(b, sympy.MatrixBase):
@@ -169,6 +172,17 @@ def _sympy_equal(a, b) -> bool:
     if isinstance(a, sympy.Set) and isinstance(b, sympy.Set):
         return a.symmetric_difference(b) is sympy.S.EmptySet
     return False
+
+
+def _rebuilt(x, depth: int = 0):
+    """`x` rebuilt bottom-up with SymPy's automatic simplification (canonical order), computing nothing else."""
+    args = getattr(x, "args", ())
+    if not args or depth > 50:
+        return x
+    try:
+        return x.func(*[_rebuilt(arg, depth + 1) for arg in args])
+    except Exception:  # some objects cannot be rebuilt from their args; they compare as they are
+        return x
 
 
 def _evaluated(x):
@@ -364,6 +378,11 @@ _WARM_UP = [
     (r"5!", r"\binom{5}{2} - |x - 1|"),
     (r"2\frac{1}{3}", r"\frac{3}{4}\pi r^3"),
     (r"\sqrt[3]{2} \cdot 10^{-3}", r"\dfrac{-b + \sqrt{b^2 - 4ac}}{2a}"),
+    (r"(u+v)^3", r"u^3+3u^2v+3uv^2+v^3"),
+    (r"u^2+v^2=4", r"3u^2+3v^2=12"),
+    (r"|w|", r"\sqrt{w^2}"),
+    (r"[-2, -1] \cup [1, 2]", r"1 \le |w| \le 2"),
+    (r"\begin{pmatrix}1 & 2\end{pmatrix}", r"\begin{pmatrix}0 & 1\end{pmatrix} + \begin{pmatrix}1 & 1\end{pmatrix}"),
 ]
 
 
