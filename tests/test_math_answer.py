@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dapo_trl.verifier import api as math_answer
 from dapo_trl.verifier import (
+    api,
     extract_answer,
     extract_gold_answer,
     score_completion,
@@ -24,11 +24,11 @@ CASES = Path(__file__).parent / "data" / "verifier_cases.jsonl"
 @pytest.fixture(scope="module", autouse=True)
 def _stop_workers():
     yield
-    math_answer.shutdown_workers()
+    api.shutdown_workers()
 
 
 def test_doctests():
-    assert doctest.testmod(math_answer).failed == 0
+    assert doctest.testmod(api).failed == 0
 
 
 # ------------------------------------------------------------------------------------------------------ extraction
@@ -199,7 +199,7 @@ def test_score_completion():
 
 
 def test_integer_fast_path_needs_no_worker_and_is_fast():
-    math_answer.shutdown_workers()
+    api.shutdown_workers()
     golds = [str(n) for n in range(5_000)]
     predictions = [str(n + n % 2) for n in range(5_000)]
     start = time.perf_counter()
@@ -229,3 +229,8 @@ def test_labelled_suite_accuracy_and_no_false_positives():
     errors = [row for row, r in zip(rows, results) if r != row["label"]]
     assert not false_positives, false_positives
     assert 1 - len(errors) / len(rows) >= 0.95, errors
+    # Lenient extraction only adds answers where strict finds none; on this suite it must not add a false positive.
+    lenient = [extract_answer(row["completion"], extraction="lenient") for row in rows]
+    added = [i for i, (p, q) in enumerate(zip(predictions, lenient)) if p is None and q is not None]
+    assert all(p == q for p, q in zip(predictions, lenient) if p is not None)
+    assert not [rows[i] for i in added if verify(golds[i], lenient[i]) and not rows[i]["label"]]

@@ -59,7 +59,8 @@ _LENIENT_SPAN = re.compile(
 _SPAN_JOINER = re.compile(r"^\s*(?:,|;|and|or|\\text\{\s*(?:and|or)\s*\})?\s*$")
 _SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z(\\$]|\s*$)|\n")
 _COPULA = re.compile(r"\s(?:is|are|was|were|equals|equal to|be)\s", re.IGNORECASE)
-_PROSE_WORD = re.compile(r"[A-Za-z]{3,}")
+_PROSE_WORD = re.compile(r"\b(?:[A-Za-z]{3,}|is|it|of|to|so|be|we|by|an|as|at|in|on|if|no|do|my|up)\b")
+_JOINERS = re.compile(r"\b(?:and|or)\b")
 _LATEX_WORDS = re.compile(r"\\(?:begin|end|text|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+")
 _NUMBER_TOKEN = re.compile(  # a number glued to letters before it ("AZYUK2A") is part of a word; units may follow
     r"-?\\[dt]?frac\{[^{}]+\}\{[^{}]+\}|(?<![A-Za-z0-9_.])-?\d+(?:,\d{3})*(?:[.,]\d+)?(?:\s*/\s*\d+)?(?:\s*\\?%)?"
@@ -127,15 +128,18 @@ def _last_boxed(text: str, start: int) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ answer lines
-def _spans(line: str) -> list[str]:
-    """Math spans of `line`; `$x = 2$ or $x = 3$` is one two-part answer, a span after prose starts over."""
-    spans, end = [], None
-    for m in _MATH_SPAN.finditer(line):
-        if end is not None and not _SPAN_JOINER.match(line[end : m.start()]):
-            spans = []
-        spans.append(next(g for g in m.groups() if g is not None).strip())
+def _span_runs(text: str) -> list[tuple[int, list[str]]]:
+    """Runs of math spans joined only by separators (`$x = 2$ or $x = 3$` is one run), with where each run starts."""
+    runs: list[tuple[int, list[str]]] = []
+    end = None
+    for m in _MATH_SPAN.finditer(text):
+        content = next(g for g in m.groups() if g is not None).strip()
+        if end is None or not _SPAN_JOINER.match(text[end : m.start()]):
+            runs.append((m.start(), []))
+        if content:
+            runs[-1][1].append(content)
         end = m.end()
-    return [s for s in spans if s]
+    return [(start, spans) for start, spans in runs if spans]
 
 
 def _first_sentence(line: str) -> str:
@@ -145,25 +149,37 @@ def _first_sentence(line: str) -> str:
 
 
 def _is_bare(text: str) -> bool:
-    """A value with no prose around it: `34`, `\\frac{10}{9}`, `28 %` (but not `28 pct`, `is 34 apples`)."""
-    return _PROSE_WORD.search(_LATEX_WORDS.sub(" ", text)) is None
+    """A value with no prose around it: `34`, `\\frac{10}{9}`, `2 and 3`, `28 %` (not `28 pct`, `is it`, `5 apples`)."""
+    return _PROSE_WORD.search(_JOINERS.sub(" ", _LATEX_WORDS.sub(" ", text))) is None
 
 
 def _value_of(sentence: str) -> str | None:
-    """The value a sentence states (see the module docstring): after its last copula, math first, then prose."""
-    sentence = sentence.replace("**", "").strip(" *_")
+    """The value an answer line's first sentence states (see the module docstring)."""
+    sentence = strip_trailing_punctuation(sentence.replace("**", "").strip(" *_"))
+    runs = _span_runs(sentence)
+    if not runs and _is_bare(sentence):
+        return sentence or None
+    if runs and runs[0][0] == 0:  # "$12$ hours since $t$ grows": the math right after the anchor
+        return ", ".join(runs[0][1])
     masked = _MATH_SPAN.sub(lambda m: _PLACEHOLDER * len(m.group()), sentence)
     copulas = list(_COPULA.finditer(masked))
-    tail = sentence[copulas[-1].end() :] if copulas else None
-    for part in ([tail] if tail is not None else []) + [sentence]:
-        spans = _spans(part)
-        if spans:
-            return ", ".join(spans)
-        plain = strip_trailing_punctuation(part.strip())
-        if plain and _is_bare(plain):
-            return plain
+    if copulas:  # "The largest $n$ is 34", "the smallest such $n$ is $n = 11$"
+        tail = sentence[copulas[-1].end() :].strip()
+        tail_runs = _span_runs(tail)
+        if tail_runs:
+            return ", ".join(tail_runs[0][1])
+        if _is_bare(tail) and tail:
+            return tail
+        number = _NUMBER_TOKEN.match(tail)
+        if number:
+            return number.group().strip()
+    number = _NUMBER_TOKEN.match(sentence)
+    if number:  # "5 apples, and we check that $5 \\cdot 2 = 10$"
+        return number.group().strip()
+    if runs:  # "Since $x > 0$, we get $x = 5$"
+        return ", ".join(runs[-1][1])
     numbers = _NUMBER_TOKEN.findall(sentence)
-    return numbers[-1].strip() if numbers else strip_trailing_punctuation(sentence) or None
+    return numbers[-1].strip() if numbers else sentence or None
 
 
 def _anchored(text: str, start: int) -> str | None:
@@ -272,6 +288,10 @@ def extract(text: str, extraction: str = "strict") -> str | None:
     if box_start >= 0 and not _BOX.match(region, box_start):
         box_start = -1
     anchor = _last_anchor(region, max(0, box_start))
+    if anchor is not None and box_start >= 0:
+        box = _box_at(region, box_start, len(region))
+        if box is not None and anchor.start() < box[1]:  # \boxed{\text{The answer is } 12}: inside the box
+            anchor = None
     if anchor is not None and anchor.start() > box_start:
         answer = _anchored(region, anchor.end())
     elif box_start >= 0:

@@ -108,7 +108,7 @@ def decimal_renders(decimal: str, value: Fraction) -> bool:
 
 def decimal_comma(text: str) -> Fraction | None:
     """`1000,99` or `0,111` read with a decimal comma (only where no thousands grouping fits); else `None`."""
-    m = re.fullmatch(r"(-?)(\d+),(\d+)", text.replace(" ", ""))
+    m = re.fullmatch(r"(-?)(\d+),(\d+)", text.strip())  # "2, 3" (with a space) is a list
     if not m or (m.group(2)[0] != "0" and len(m.group(2)) <= 3 and len(m.group(3)) == 3):
         return None  # 1,500 is fifteen hundred
     value = Fraction(f"{m.group(2)}.{m.group(3)}")

@@ -167,7 +167,8 @@ class VerifierPool:
             self._cond.notify()
 
     def compare(self, gold: str, pred: str, timeout_s: float) -> bool | None:
-        if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        valid = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+        if not (valid and math.isfinite(timeout_s) and timeout_s > 0):
             # Checked here too, not only by the public functions: a NaN deadline would never pass, and a worker taken
             # out of the pool under it would never come back.
             raise ValueError(f"VerifierPool.compare: `timeout_s` must be a finite number above 0, got {timeout_s!r}.")
