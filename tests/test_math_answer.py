@@ -53,7 +53,7 @@ def test_doctests():
         ("The answer is 42.", "42"),
         ("#### 1,000", "1,000"),
         ("The roots are $\\boxed{2}$ and $\\boxed{-3}$.", "2, -3"),
-        ("Answer: $x = 2$ or $x = -3$", "x = 2, x = -3"),
+        ("Answer: $x = 2$ or $x = -3$", "x = 2 or x = -3"),
         ("Answer: The smallest such $n$ is $n = 11$.", "n = 11"),
         ("Answer: \\$4.50", "\\$4.50"),
         ("Answer: (B) $12$", "(B) $12$"),

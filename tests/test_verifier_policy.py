@@ -62,11 +62,15 @@ KINDS = {
             (r"(-\infty,-2)\cup(2,\infty)", "x < -2 or x > 2"), (r"x \in [-2, 7]", r"-2 \le x \le 7"), ("(0,1)", "0<f(x)<1"),
             ("(-793, 10)", "-793 < a < 10"), (r"[-\frac{3}{2}, -1] \cup [1, \frac{3}{2}]", r"1 \le |z| \le \frac{3}{2}"),
             (r"(1, \infty)", "-x < -1"),
+            (r"[2, \infty)", r"x \geq 2"),
+            (r"(-\infty,-1]\cup[1,\infty)", r"x\le-1 or x\ge1"),
+            (r"(-\infty,2)\cup(2,\infty)", r"x \neq 2"),
         ],
         [
             ("[1, 5)", "1 < x < 5"), ("[1,5)", r"1 \le x \le 5"), (r"(0,\infty)", r"x \ge 0"), (r"(0, \infty)", "x < 0"),
             (r"(-\infty,-2)\cup(2,\infty)", r"x < -2 \text{ or } x \ge 2"), (r"(-\infty,-2)\cup(2,\infty)", "x < -2 and x > 2"),
             ("(0,1)", "0 < 2x < 1"), (r"[-\frac{3}{2}, -1] \cup [1, \frac{3}{2}]", r"1 < |z| \le \frac{3}{2}"),
+            (r"[2, \infty)", "x > 2"), (r"(-\infty,2)\cup(2,\infty)", r"x \neq 3"),
         ],
     ),
     "matrices": (
@@ -102,7 +106,7 @@ KINDS = {
     ),
     "repeating decimals": (
         [(r"\frac{1}{3}", r"0.\overline{3}"), (r"\frac{11}{6}", r"1.8\overline{3}"), (r"0.\overline{3}", r"\frac13"),
-         (r"\frac{1}{7}", r"0.\overline{142857}"), (r"\frac{1}{3}", r"0.\dot{3}")],
+         (r"\frac{1}{7}", r"0.\overline{142857}"), (r"\frac{1}{3}", r"0.\dot{3}"), (r"\frac{1}{3}", r"0.\bar{3}")],
         [(r"\frac{1}{3}", "0.3"), (r"\frac{1}{3}", "0.333"), (r"\frac{11}{6}", r"1.\overline{83}"), (r"0.\overline{3}", "0.33")],
     ),
     "mixed numbers": (
@@ -114,7 +118,7 @@ KINDS = {
         [(r"\frac{1}{12}", "0.083"), (r"\frac{2}{3}", "0.6666666668"), (r"\sqrt{2}", "1.4142135623730951"), (r"\pi", "3.14159265358979")],
     ),
     "logarithms, minus signs, answer phrases": (
-        [(r"\ln 2", r"\log_e 2"), (r"\ln 2", r"\log_{e} 2"), ("-5", r"\minus 5"), ("12", r"\text{The answer is } 12")],
+        [(r"\ln 2", r"\log_e 2"), (r"\ln 2", r"\log_{e} 2"), ("-5", r"\minus 5"), ("12", r"\text{The answer is } 12"), ("12", r"\text{Answer: } 12")],
         [(r"\ln 2", r"\log_{10} 2"), (r"\ln 2", r"\log_e 3"), ("5", r"\minus 5"), ("12", r"\text{The answer is } 13")],
     ),
     "choice letters": (
@@ -189,6 +193,8 @@ STRICT = [
     # Text after a chat-turn marker is not the answer.
     ("Answer: 5<|im_end|>\n<|im_start|>user\nAnswer: 6", "5", "6"),
     (r"The answer is \boxed{\text{The answer is } 12}", "12", "13"),
+    # Math spans joined by "or" on an answer line are one answer: here a union of intervals.
+    ("Answer: $x<1$ or $x>3$", r"(-\infty,1)\cup(3,\infty)", r"(-\infty,1]\cup(3,\infty)"),
 ]
 
 

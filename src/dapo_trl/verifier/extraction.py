@@ -134,12 +134,19 @@ def _span_runs(text: str) -> list[tuple[int, list[str]]]:
     end = None
     for m in _MATH_SPAN.finditer(text):
         content = next(g for g in m.groups() if g is not None).strip()
-        if end is None or not _SPAN_JOINER.match(text[end : m.start()]):
+        gap = text[end : m.start()] if end is not None else ""
+        if end is None or not _SPAN_JOINER.match(gap):
             runs.append((m.start(), []))
+        elif runs[-1][1] and content and re.search(r"\bor\b", gap):
+            content = "or " + content  # "$x<1$ or $x>3$" is a union, "$2$, $3$" a list
         if content:
             runs[-1][1].append(content)
         end = m.end()
     return [(start, spans) for start, spans in runs if spans]
+
+
+def _joined(spans: list[str]) -> str:
+    return "".join((" " if s.startswith("or ") else ", ") + s if i else s for i, s in enumerate(spans))
 
 
 def _first_sentence(line: str) -> str:
@@ -160,14 +167,14 @@ def _value_of(sentence: str) -> str | None:
     if not runs and _is_bare(sentence):
         return sentence or None
     if runs and runs[0][0] == 0:  # "$12$ hours since $t$ grows": the math right after the anchor
-        return ", ".join(runs[0][1])
+        return _joined(runs[0][1])
     masked = _MATH_SPAN.sub(lambda m: _PLACEHOLDER * len(m.group()), sentence)
     copulas = list(_COPULA.finditer(masked))
     if copulas:  # "The largest $n$ is 34", "the smallest such $n$ is $n = 11$"
         tail = sentence[copulas[-1].end() :].strip()
         tail_runs = _span_runs(tail)
         if tail_runs:
-            return ", ".join(tail_runs[0][1])
+            return _joined(tail_runs[0][1])
         if _is_bare(tail) and tail:
             return tail
         number = _NUMBER_TOKEN.match(tail)
@@ -177,7 +184,7 @@ def _value_of(sentence: str) -> str | None:
     if number:  # "5 apples, and we check that $5 \\cdot 2 = 10$"
         return number.group().strip()
     if runs:  # "Since $x > 0$, we get $x = 5$"
-        return ", ".join(runs[-1][1])
+        return _joined(runs[-1][1])
     numbers = _NUMBER_TOKEN.findall(sentence)
     return numbers[-1].strip() if numbers else sentence or None
 

@@ -83,7 +83,7 @@ _SUBS: list[tuple[re.Pattern[str], str]] = [
         ),
         (r"\\text\s*\{\s*\\?%\s*\}", "%", 0),
         (
-            r"^\s*(?:\\text\{\s*)?(?:the\s+)?(?:final\s+)?answer\s+is\s*:?\s*(?:\}\s*)?",
+            r"^\s*(?:\\text\{\s*)?(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*(?:\}\s*)?",
             "",
             re.I,
         ),  # \boxed{\text{The answer is } 12}
@@ -214,7 +214,7 @@ _UNIT_WORDS = re.compile(r"(?<=[\d}).])\s+[A-Za-z][A-Za-z.]+(?:\s+[A-Za-z][A-Za-
 _CURRENCY_WORDS = re.compile(r"^(?:USD|Rs\.?|INR|EUR|GBP)(?![A-Za-z])\s*|\s+(?:USD|EUR|GBP|dollars?)$")
 WORDS = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
 _TEXT_ONLY = re.compile(r"^\\text\{([^{}]*)\}$")
-_INEQUALITY = re.compile(r"<|>|(?<!\\)\\[lg]e(?: |$)")
+_INEQUALITY = re.compile(r"<|>|(?<!\\)\\[lgn]e(?: |$)")
 
 
 def has_letters(s: str) -> bool:

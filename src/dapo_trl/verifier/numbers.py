@@ -22,8 +22,8 @@ _SLASH = re.compile(r"^(-?\d+)/(\d+)$")
 _POW = re.compile(r"^(-?)(\d+)\^\{?(-?\d{1,6})\}?$")
 # 3 1/2 and 3\frac{1}{2} are mixed numbers (7/2); written without the space, 31/2 is thirty-one halves.
 _MIXED = re.compile(r"^(-?)(\d+)(?:\s+(\d+)\s*/\s*(\d+)|\s*\\frac\{(\d+)\}\{(\d+)\})$")
-# 0.\overline{3} is 1/3, 1.8\overline{3} is 11/6, 0.\dot{3} is 1/3.
-_REPEATING = re.compile(r"^(-?)(\d*)\.(\d*)\\(?:overline\{(\d+)\}|dot\{?(\d)\}?)$")
+# 0.\overline{3} (or 0.\bar{3}, 0.\dot{3}) is 1/3, 1.8\overline{3} is 11/6.
+_REPEATING = re.compile(r"^(-?)(\d*)\.(\d*)\\(?:(?:overline|bar)\{(\d+)\}|dot\{?(\d)\}?)$")
 
 
 def _mixed(s: str) -> Fraction | None:
