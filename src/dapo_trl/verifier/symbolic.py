@@ -153,9 +153,12 @@ def _sympy_equal(a, b) -> bool:
         return a == b and a in (sympy.oo, -sympy.oo)
     if a == b:  # the parser does not evaluate: 1/(1 - 1) is only seen to be zoo once computed
         return not _undefined(_evaluated(a))
-    ra, rb = _rebuilt(a), _rebuilt(b)  # and leaves products unordered: F_k F_j and F_j F_k only look different
-    if ra == rb and not isinstance(ra, sympy.logic.boolalg.BooleanAtom):  # x+1 = x+2 rebuilds to False
-        return not _undefined(_evaluated(ra))
+    if _has_operator(a) or _has_operator(b):
+        # Under a sum the parser's unordered products stay apart (F_k F_j and F_j F_k), and sampling points cannot
+        # tell: rebuilding with SymPy's automatic ordering can.
+        ra, rb = _rebuilt(a), _rebuilt(b)
+        if ra == rb and not isinstance(ra, sympy.logic.boolalg.BooleanAtom):  # x+1 = x+2 rebuilds to False
+            return not _undefined(_evaluated(ra))
     if isinstance(a, sympy.MatrixExpr) or isinstance(b, sympy.MatrixExpr):
         a, b = _explicit(a), _explicit(b)
     if isinstance(a, sympy.MatrixBase) or isinstance(b, sympy.MatrixBase):
@@ -172,6 +175,13 @@ def _sympy_equal(a, b) -> bool:
     if isinstance(a, sympy.Set) and isinstance(b, sympy.Set):
         return a.symmetric_difference(b) is sympy.S.EmptySet
     return False
+
+
+def _has_operator(x) -> bool:
+    import sympy
+
+    has = getattr(x, "has", None)
+    return has is not None and bool(has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit))
 
 
 def _rebuilt(x, depth: int = 0):
