@@ -401,3 +401,11 @@ def warm_up() -> None:
     # ANTLR builds its prediction tables lazily: a first parse of each shape costs ~100 ms, a later one ~2 ms.
     for gold, pred in _WARM_UP:
         symbolic_equivalent(gold, pred)
+    # SymPy infers a symbol's assumptions (real? positive?) the first time an expression needs them, 20-40 ms per new
+    # symbol; symbols are cached by name, and answers mostly use single lower-case letters: pay for all of them here.
+    import string
+
+    import sympy
+
+    for letter in string.ascii_lowercase:
+        sympy.sqrt(sympy.Symbol(letter) ** 2)
