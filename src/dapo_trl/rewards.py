@@ -154,8 +154,12 @@ class MathVerifierReward:
         self.extraction = check_choice(extraction, EXTRACTION_MODES, "extraction", "MathVerifierReward")
         self._warned_unusable = False
 
-    def gold_answers(self, num_rows: int, columns: dict[str, Any]) -> tuple[str, list[Any]]:
-        """The column used and the raw gold value of each row, from the configured or auto-detected column."""
+    def gold_answers(self, num_rows: int, columns: dict[str, Any]) -> list[Any]:
+        """The raw gold value of each row, read from the configured or auto-detected column."""
+        return self._gold_column(columns)[1]
+
+    def _gold_column(self, columns: dict[str, Any]) -> tuple[str, list[Any]]:
+        """The column used and its raw values (see `answer_column` for the order in which columns are tried)."""
         candidates = [self.answer_column] if self.answer_column else list(_AUTO_COLUMNS)
         found: tuple[str, list[Any]] | None = None
         for name in candidates:
@@ -227,7 +231,7 @@ class MathVerifierReward:
                 f"MathVerifierReward: `completions` must be a list of completions, got {type(completions).__name__}."
             )
         texts = [completion_text(c, i) for i, c in enumerate(completions)]
-        column, raw = self.gold_answers(len(completions), kwargs)
+        column, raw = self._gold_column(kwargs)
         if len(raw) != len(completions):
             raise ValueError(f"MathVerifierReward: got {len(completions)} completions but {len(raw)} gold answers.")
         golds = [extract_gold(g) for g in raw]
