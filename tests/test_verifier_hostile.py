@@ -90,6 +90,9 @@ def run_battery(marker: str, timeout_s: float = TIMEOUT_S, bound_s: float = BOUN
         ("score(answer line)", lambda p: score_completion(f"Answer: ${p}$", "2", timeout_s=timeout_s), (bool,)),
         ("score(boxed, gold)", lambda p: score_completion(f"\\boxed{{{p}}}", p, timeout_s=timeout_s), (bool, type(None))),
         ("extract_answer", extract_answer, (str, type(None))),
+        ("extract_answer(lenient)", lambda p: extract_answer(p, extraction="lenient"), (str, type(None))),
+        ("score(lenient)", lambda p: score_completion(p, "2", timeout_s=timeout_s, extraction="lenient"), (bool,)),
+        ("score(dapo rule)", lambda p: score_completion(f"Answer: {p}", "2", rule="dapo"), (bool,)),
         ("extract_gold_answer", extract_gold_answer, (str, type(None))),
     ]  # fmt: skip
     for payload in payloads(marker):
