@@ -37,3 +37,13 @@ def test_nested_ground_truth_lists_and_numbers(tmp_path):
     numbers = [{"problem": "q1", "answer": 3.0}, {"problem": "q2", "answer": 2.5}]
     ds = load_math_dataset(_write_jsonl(tmp_path / "numbers.jsonl", numbers), dataset_format="problem")
     assert ds["answer"] == ["3", "2.5"]
+
+
+def test_an_all_blank_answer_column_is_named_with_the_alternatives(tmp_path):
+    import pytest
+
+    rows = [{"problem": "p1", "answer": "", "solution": r"So $\boxed{7}$."}]
+    path = _write_jsonl(tmp_path / "blank.jsonl", rows)
+    with pytest.raises(ValueError, match=r"answer column 'answer' holds no usable answer.*\['solution'\]"):
+        load_math_dataset(path)
+    assert load_math_dataset(path, dataset_format="math")["answer"] == ["7"]

@@ -169,7 +169,11 @@ def load_math_dataset(
     if max_samples is not None:
         rows = rows[:max_samples]
     if not rows:
-        raise ValueError(f"{name_or_path} ({split}) has no usable rows.")
+        others = [c for c in raw.column_names if c not in (answer_col.split(".")[0], prompt_col)]
+        raise ValueError(
+            f"{name_or_path} ({split}) has no usable rows: its answer column {answer_col!r} holds no usable answer. "
+            f"Pass answer_column= with the column that does (its other columns: {others}), or dataset_format=."
+        )
     from datasets import Dataset
 
     return Dataset.from_list(rows)
