@@ -204,6 +204,12 @@ def test_strict_extraction_reads_the_committed_answer(completion, right, wrong):
     assert score_completion(completion, wrong) is False
 
 
+@pytest.mark.parametrize("completion", ["Answer: between 3 and 5", "Answer: 12, or maybe 13", "Answer: 12 or 13"])
+@pytest.mark.parametrize("gold", ["3", "5", "12", "13"])
+def test_prose_with_several_numbers_commits_to_none(completion, gold):
+    assert score_completion(completion, gold) is False
+
+
 LENIENT = [
     ("Therefore $x \\geq 5$ is the solution.", r"x \ge 5", "x > 5"),
     ("the number is not 10 which is 1,000.99€", "1000.99", "10"),

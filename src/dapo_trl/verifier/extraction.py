@@ -11,9 +11,10 @@ Extraction policy. Two modes (`extraction=`):
     2. the last answer line: `Answer: ...` (DAPO's format), `**Answer:** ...`, `Final Answer: ...` (also in the middle
        of a line), `The (final) answer is ...` (Minerva's format; `... I hope it is correct.` is dropped) and GSM8K's
        `#### ...`. Only the line's first sentence counts, so an answer line that runs on in a one-paragraph completion
-       ends where its sentence does. In that sentence the value after the last copula counts (`The largest $n$ is 34.`
-       gives `34`, not `n`); math spans (`$...$`, `\(...\)`, `\[...\]`) are preferred to prose; a sentence of prose
-       gives its last number (`Final Answer: Jane started 3 hours ago.` gives `3`).
+       ends where its sentence does. In that sentence the math right after the anchor counts, else the value after the
+       last copula (`The largest $n$ is 34.` gives `34`, not `n`); math spans (`$...$`, `\(...\)`, `\[...\]`) are
+       preferred to prose; a sentence of prose gives its number if it has exactly one (`Final Answer: Jane started 3
+       hours ago.` gives `3`; `between 3 and 5` gives nothing).
   A completion with an unclosed `<think>`, one that ends inside an unclosed `\boxed{`, and one with no anchor at all
   has no answer (`None`): it was cut off before answering, and numbers in the reasoning are not answers. DAPO's
   format reward argues for this in training: a policy must not be paid for a number it never committed to.
@@ -181,12 +182,14 @@ def _value_of(sentence: str) -> str | None:
         if number:
             return number.group().strip()
     number = _NUMBER_TOKEN.match(sentence)
-    if number:  # "5 apples, and we check that $5 \\cdot 2 = 10$"
-        return number.group().strip()
+    if number and len(_NUMBER_TOKEN.findall(masked)) == 1:  # "5 apples, and we check that $5 \\cdot 2 = 10$"
+        return number.group().strip()  # (but "12, or maybe 13" is a hedge)
     if runs:  # "Since $x > 0$, we get $x = 5$"
         return _joined(runs[-1][1])
     numbers = _NUMBER_TOKEN.findall(sentence)
-    return numbers[-1].strip() if numbers else sentence or None
+    if len(numbers) > 1:
+        return None  # "between 3 and 5", "12, or maybe 13": prose with several numbers commits to none of them
+    return numbers[0].strip() if numbers else sentence or None  # "Jane started 3 hours ago"; "no solution"
 
 
 def _anchored(text: str, start: int) -> str | None:
