@@ -39,7 +39,7 @@ from numbers import Real
 
 from . import dapo_rule, pool
 from .compare import compare, fast_scalar_equal
-from .extraction import EXTRACTION_MODES, extract, extract_gold, unwrap_gold
+from .extraction import EXTRACTION_MODES, PLAIN_NUMBER, extract, extract_gold, unwrap_gold
 from .normalize import MAX_ANSWER_CHARS, clean, parse_answer
 
 DEFAULT_TIMEOUT_S = 3.0
@@ -47,7 +47,6 @@ DEFAULT_NUM_WORKERS = max(1, min(4, os.cpu_count() or 1))
 REWARD_RULES = ("equivalence", "dapo")
 
 _TEXT_WRAPPER = re.compile(r"\\text\{([^{}]*)\}")
-_PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d{1,300}(?:\.\d{0,300})?|\.\d{1,300})\s*")
 _GOLD_CHOICE = re.compile(r"^\(?([A-J])\)?$")
 _PRED_CHOICE = re.compile(r"^(?:\(([A-Ja-j])\)|([A-J])(?:\)|[.:]|\s|$))")
 _PRED_LOWER_CHOICE = re.compile(r"^([a-j])$")  # "b" for a gold written "(B)": see the policy table
@@ -156,7 +155,7 @@ def _choice(text: str, pattern: re.Pattern[str]) -> str | None:
 
 def fast_verdict(gold: str, predicted: str) -> bool | None:
     """Steps 1-4 of the comparison strategy: `True`/`False` when they decide, `None` when SymPy must."""
-    if _PLAIN_NUMBER.fullmatch(gold) and _PLAIN_NUMBER.fullmatch(predicted):  # DAPO-Math-17k's case, in microseconds
+    if PLAIN_NUMBER.fullmatch(gold) and PLAIN_NUMBER.fullmatch(predicted):  # DAPO-Math-17k's case, in microseconds
         return Fraction(gold.strip().rstrip(".")) == Fraction(predicted.strip().rstrip("."))
     if len(gold) > MAX_ANSWER_CHARS or len(predicted) > MAX_ANSWER_CHARS:
         return False

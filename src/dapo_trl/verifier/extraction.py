@@ -71,9 +71,8 @@ _CLOSING = re.compile(
     re.IGNORECASE,
 )
 _PLACEHOLDER = "\ue000"
-_TEXT_WRAPPER = re.compile(r"\\text\{([^{}]*)\}")
 _LEADING_CHOICE = re.compile(r"^(?:\*\*)?\(?[A-J]\)(?:\*\*)?(?:\s|$)")
-_PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d{1,300}(?:\.\d{0,300})?|\.\d{1,300})\s*")
+PLAIN_NUMBER = re.compile(r"\s*[-+]?(?:\d{1,300}(?:\.\d{0,300})?|\.\d{1,300})\s*")
 _SIMPLE_LINE = re.compile(r"[ \t]*\$?[ \t]*-?\d{1,300}[ \t]*\$?[ \t]*")
 
 
@@ -344,7 +343,7 @@ def extract_gold(gold: object) -> str | None:
     if text is None:
         return None
     text = sanitize(text).strip()
-    if _PLAIN_NUMBER.fullmatch(text):
+    if PLAIN_NUMBER.fullmatch(text):
         return text
     if "\\boxed" in text or "\\fbox" in text or _ANCHOR.search(text):
         answer = extract(text)
