@@ -271,7 +271,7 @@ def _recipe_plan(script_args: MathScriptArguments) -> dict:
 
 
 def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dict:
-    from dapo_trl.evaluation import _verifier_scorer
+    from dapo_trl.evaluation import _verifier_functions
     from dapo_trl.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
 
     if importlib.util.find_spec("matplotlib") is None:
@@ -320,7 +320,7 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
         max_new_tokens=settings.max_new_tokens,
         batch_size=settings.batch_size,
         seed=settings.seed,
-        scorer=_verifier_scorer if script_args.reward_rule == "equivalence" else _reward_scorer(reward),
+        scorer=_verifier_functions("strict", script_args.reward_rule)[0],  # the evaluation CLI's default scorer
     )
     before = accuracy_report(model, tokenizer, test_set, **measure)
     logger.info(f"after warm-up: held-out sampled accuracy {before['accuracy']:.3f}")
@@ -402,7 +402,7 @@ def build_reward(script_args: MathScriptArguments) -> MathVerifierReward:
 
 def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig) -> dict:
     from dapo_trl.data import load_math_dataset
-    from dapo_trl.evaluation import evaluate
+    from dapo_trl.evaluation import _verifier_functions, evaluate
 
     if importlib.util.find_spec("matplotlib") is None:
         logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png.")
@@ -435,6 +435,8 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
             system_prompt=script_args.system_prompt,
             max_samples=script_args.eval_max_samples,
         )
+        # scored as `python -m dapo_trl.evaluation` scores this run folder by default
+        scorer, extractor, equivalent = _verifier_functions("strict", script_args.reward_rule)
         summary["eval"] = evaluate(
             trainer.model,
             eval_set,
@@ -449,7 +451,9 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
             chat_template_kwargs=record.prompt_format.chat_template_kwargs,
             max_prompt_length=record.prompt_format.max_prompt_length,
             prompt_truncation_side=record.prompt_format.prompt_truncation_side,
-            scorer=None if script_args.reward_rule == "equivalence" else _reward_scorer(reward),
+            scorer=scorer,
+            answer_extractor=extractor,
+            answer_equivalent=equivalent,
         )
     finish(trainer, summary)
     return summary
@@ -474,15 +478,6 @@ def make_run_record(script_args: MathScriptArguments, training_args: DAPOConfig)
             reward_rule=script_args.reward_rule,
         ),
     )
-
-
-def _reward_scorer(reward: MathVerifierReward):
-    """Score evaluation samples with the training reward's rule (a non-default `reward_rule`)."""
-
-    def scorer(completion: str, answer: str) -> bool:
-        return reward([completion], answer=[answer])[0] == reward.correct_reward
-
-    return scorer
 
 
 # ---------------------------------------------------------------------------------------------------------- outputs

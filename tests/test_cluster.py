@@ -103,7 +103,9 @@ def preempt_one_node(tmp_path, max_steps):
     hears nothing. Returns the two command lines, the step both stopped at and the seconds from signal to exit.
     """
     out = tmp_path / "out"
-    lines = node_lines("127.0.0.1", free_port(), smoke_args(out, "--max_steps", str(max_steps)))
+    lines = node_lines(
+        "127.0.0.1", free_port(), smoke_args(out, "--max_steps", str(max_steps), "--preemption_stop_at", "rollout")
+    )
     nodes = [start_node(line, tmp_path, tmp_path / f"node{r}.log") for r, line in enumerate(lines)]
     progress = [tmp_path / f"progress-rank{r}" for r in range(2)]
     wait_for(lambda: all(p.exists() for p in progress), nodes, 300, "the first optimizer step on both nodes")

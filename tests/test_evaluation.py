@@ -228,6 +228,12 @@ def test_cli_defaults_come_from_the_run_record_then_the_paper(saved_model):
         7,
     )
     assert (args.chat, args.system_prompt, args.chat_template_kwargs) == ("yes", "Be brief.", {"x": 1})
+    assert args.reward_rule == "equivalence"  # the record's
+    record.evaluation.reward_rule = "dapo"
+    write_run_record("outputs/run", record)
+    assert parse_cli(["--model", "outputs/run", "--dataset", "data.jsonl"]).reward_rule == "dapo"
+    argv = ["--model", "outputs/run", "--dataset", "data.jsonl", "--reward_rule", "equivalence"]
+    assert parse_cli(argv).reward_rule == "equivalence"
     # a checkpoint inside the run folder finds the record one level up
     (saved_model / "outputs" / "run" / "checkpoint-2").mkdir()
     for name in ("config.json", "model.safetensors"):

@@ -204,4 +204,8 @@ def test_documented_launch_line(where, line, tmp_path):
             assert recipe["vllm_max_model_length"] == max_model_len
     else:
         assert tokens[1:3] == ["-m", "dapo_trl.evaluation"], tokens
-        evaluation_parser().parse_args(tokens[3:])  # exits (a test failure) on an unknown flag or a bad value
+        args = tokens[3:]
+        for required in ("--model", "--dataset"):  # prose may show only the flag it is about
+            if required not in args:
+                args += [required, "x"]
+        evaluation_parser().parse_args(args)  # exits (a test failure) on an unknown flag or a bad value

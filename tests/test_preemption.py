@@ -108,7 +108,7 @@ def assert_resumes_like(uninterrupted, output_dir, checkpoint_step, cls=Recorder
 
 @pytest.mark.integration
 def test_sigterm_mid_training_saves_exits_75_and_restart_matches(uninterrupted, tmp_path):
-    trainer = make(Recorder, tmp_path)
+    trainer = make(Recorder, tmp_path, preemption_stop_at="rollout")
     trainer.add_callback(SignalAt(signal.SIGTERM, step=3))  # step 3 starts the second rollout (steps 3-4)
     with pytest.raises(SystemExit) as exit_info:
         trainer.train()
@@ -120,12 +120,12 @@ def test_sigterm_mid_training_saves_exits_75_and_restart_matches(uninterrupted, 
         assert (checkpoint / name).is_file(), name
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".partial-")]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "handlers must be restored"
-    assert_resumes_like(uninterrupted, tmp_path, 4)
+    assert_resumes_like(uninterrupted, tmp_path, 4, preemption_stop_at="rollout")
 
 
 @pytest.mark.integration
 def test_sigterm_during_a_refill_round(uninterrupted, tmp_path):
-    trainer = make(SignalDuringRefill, tmp_path, dynamic_sampling_round_sizing="deficit")
+    trainer = make(SignalDuringRefill, tmp_path, dynamic_sampling_round_sizing="deficit", preemption_stop_at="rollout")
     with pytest.raises(SystemExit):
         trainer.train()
     assert trainer.state.global_step == 4
@@ -133,22 +133,24 @@ def test_sigterm_during_a_refill_round(uninterrupted, tmp_path):
     assert rounds and rounds[0] >= 2, "the signal must arrive before the refill round, which then still runs"
     full = make(Recorder, tmp_path / "full-deficit", dynamic_sampling_round_sizing="deficit")
     full.train()
-    assert_resumes_like(full, tmp_path, 4, dynamic_sampling_round_sizing="deficit")
+    assert_resumes_like(full, tmp_path, 4, dynamic_sampling_round_sizing="deficit", preemption_stop_at="rollout")
 
 
 @pytest.mark.integration
-def test_stop_at_step_stops_inside_the_rollout(tmp_path):
-    trainer = make(Recorder, tmp_path, preemption_stop_at="step")
+def test_stop_at_step_stops_inside_the_rollout_and_resumes_exactly(uninterrupted, tmp_path):
+    trainer = make(Recorder, tmp_path)  # DAPOConfig's default: preemption_stop_at="step"
     trainer.add_callback(SignalAt(signal.SIGUSR1, step=3))
     with pytest.raises(SystemExit):
         trainer.train()
     assert trainer.state.global_step == 3
     assert is_complete_checkpoint(tmp_path / "checkpoint-3")
+    assert (tmp_path / "checkpoint-3" / "dapo_generation_buffer_rank0.pt").is_file()  # the rollout's second half
+    assert_resumes_like(uninterrupted, tmp_path, 3)
 
 
 @pytest.mark.integration
 def test_second_signal_during_the_save_does_not_corrupt_it(uninterrupted, tmp_path):
-    trainer = make(SignalDuringSave, tmp_path, save_strategy="steps", save_steps=2)
+    trainer = make(SignalDuringSave, tmp_path, save_strategy="steps", save_steps=2, preemption_stop_at="rollout")
     with pytest.raises(SystemExit) as exit_info:
         trainer.train()  # signals during the periodic save at step 2 stop the run at the next rollout end, step 4
     assert exit_info.value.code == PREEMPTION_EXIT_CODE

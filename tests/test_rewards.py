@@ -6,14 +6,15 @@ import pickle
 import pytest
 from trl.trainer.utils import get_callable_name
 
-from dapo_trl import math_answer, rewards
+from dapo_trl import rewards
 from dapo_trl.rewards import MathVerifierReward, completion_text
+from dapo_trl.verifier import api
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _stop_workers():
     yield
-    math_answer.shutdown_workers()
+    api.shutdown_workers()
 
 
 def conversation(text):
@@ -114,3 +115,72 @@ def test_symbolic_rows_in_a_batch():
 def test_invalid_arguments(kwargs):
     with pytest.raises(ValueError):
         MathVerifierReward(**kwargs)
+
+
+def test_defaults_are_the_training_choices():
+    reward = MathVerifierReward()
+    assert reward.rule == "equivalence" and reward.extraction == "strict"
+    # Strict: a number the completion never committed to earns nothing; lenient reads the final sentence.
+    completion = ["Adding the two parts, the total comes to $42$."]
+    assert reward(completion, answer=["42"]) == [-1.0]
+    assert MathVerifierReward(extraction="lenient")(completion, answer=["42"]) == [1.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"timeout_s": float("nan")}, "timeout_s"),
+        ({"timeout_s": -1}, "timeout_s"),
+        ({"timeout_s": float("inf")}, "timeout_s"),
+        ({"num_workers": True}, "num_workers"),
+        ({"correct_reward": float("nan")}, "correct_reward"),
+        ({"incorrect_reward": "low"}, "incorrect_reward"),
+        ({"extraction": "loose"}, "extraction"),
+        ({"rule": "paper"}, "rule"),
+        ({"answer_column": ""}, "answer_column"),
+    ],
+)
+def test_invalid_arguments_are_named(kwargs, name):
+    with pytest.raises((ValueError, TypeError), match=f"`{name}`"):
+        MathVerifierReward(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "completion, message",
+    [
+        (b"Answer: 3", r"completions\[1\] is bytes"),
+        (None, r"completions\[1\] is NoneType"),
+        ({"role": "assistant", "content": "Answer: 3"}, r"completions\[1\] is a single message dict"),
+        (["Answer: 3", "Answer: 4"], r"completions\[1\] is a list of str"),
+    ],
+)
+def test_completions_of_the_wrong_shape_are_named(completion, message):
+    with pytest.raises(TypeError, match=message):
+        MathVerifierReward()(["Answer: 3", completion], answer=["3", "3"])
+
+
+def test_a_single_string_is_not_a_batch():
+    with pytest.raises(TypeError, match="`completions` must be a list"):
+        MathVerifierReward()("Answer: 3", answer=["3"])
+
+
+def test_unusable_golds_are_counted_warned_once_and_logged(caplog):
+    reward = MathVerifierReward()
+    metrics = []
+    golds = [["3"], ["1", "2"], "???", None, "", "3"]
+    with caplog.at_level("WARNING", logger="dapo_trl.rewards"):
+        rewards_ = reward(
+            ["Answer: 3"] * 6, answer=golds, log_metric=lambda name, value: metrics.append((name, value))
+        )
+        reward(["Answer: 3"] * 6, answer=golds, log_metric=lambda name, value: metrics.append((name, value)))
+    assert rewards_ == [1.0, None, None, None, None, 1.0]
+    warnings = [r.getMessage() for r in caplog.records if "cannot be scored" in r.getMessage()]
+    assert len(warnings) == 1 and "4 of 6 rows" in warnings[0] and "'answer'" in warnings[0]
+    assert metrics == [("math_verifier/unusable_gold_ratio", 4 / 6)] * 2
+
+
+def test_an_empty_answer_column_falls_back_to_the_solution_column():
+    columns = {"answer": ["", None], "solution": [r"So $\boxed{7}$.", r"Hence $\boxed{8}$."]}
+    assert MathVerifierReward()(["Answer: 7", "Answer: 9"], **columns) == [1.0, -1.0]
+    # An explicit column is taken as it is, even when blank.
+    assert MathVerifierReward(answer_column="answer")(["Answer: 7", "Answer: 9"], **columns) == [None, None]

@@ -364,3 +364,22 @@ def test_a_constant_reward_is_named_with_its_value(tmp_path, caplog):
         trainer.train()
     assert "'constant_reward' returned the same value 0.5 for all" in caplog.text
     assert "were all-correct" in caplog.text  # the too-easy/too-hard message reports the measured fractions
+
+
+@pytest.mark.parametrize("level", ["sequence", "token"])
+def test_removed_by_vllm_importance_sampling_is_counted(tmp_path, level):
+    """TRL's vLLM correction (mask modes) zeroes the weight of whole sequences or tokens; the trainer counts them."""
+    trainer = make(tmp_path)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    if level == "sequence":
+        ratio = torch.tensor([[0.0], [1.2], [0.0], [1.0]])  # rows 0 and 2 exceed the cap: 7 tokens removed
+        expected = (2, 2 / 3, 7, 7 / 9)
+    else:
+        ratio = torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 1.0, 1.0], [1.0] * 4, [1.0] * 4])
+        expected = (1, 1 / 3, 4, 4 / 9)
+    batch = {"completion_mask": mask, "importance_sampling_ratio": ratio}
+    trainer._log_importance_sampling(batch)
+    metrics = trainer._metrics["train"]
+    names = ("sequences", "sequence_frac", "tokens", "token_frac")
+    got = tuple(metrics[f"sampling/is_removed_{name}"][-1] for name in names)
+    assert got == pytest.approx(expected)

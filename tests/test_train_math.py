@@ -284,6 +284,8 @@ def test_reward_rule_is_passed_only_when_not_the_default(monkeypatch):
     train_math.build_reward(train_math.MathScriptArguments())
     train_math.build_reward(train_math.MathScriptArguments(reward_rule="dapo"))
     assert seen == [{"answer_column": "answer"}, {"answer_column": "answer", "rule": "dapo"}]
+    monkeypatch.undo()
+    assert callable(train_math.build_reward(train_math.MathScriptArguments(reward_rule="dapo")))  # the real one
 
 
 # ---------------------------------------------------------------------------------------------------------------------

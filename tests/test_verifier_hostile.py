@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from dapo_trl import _verify_pool, math_answer
-from dapo_trl._verify_pool import VerifierPool
-from dapo_trl.math_answer import extract_answer, extract_gold_answer, score_completion, verify, verify_batch
+from dapo_trl.verifier import api, extract_answer, extract_gold_answer, score_completion, verify, verify_batch
+from dapo_trl.verifier import pool as _verify_pool
+from dapo_trl.verifier.pool import VerifierPool
 
 TIMEOUT_S = 1.0
 # Scheduling jitter on a loaded 2-core CI machine; the deadline itself is TIMEOUT_S.
@@ -91,6 +91,9 @@ def run_battery(marker: str, timeout_s: float = TIMEOUT_S, bound_s: float = BOUN
         ("score(answer line)", lambda p: score_completion(f"Answer: ${p}$", "2", timeout_s=timeout_s), (bool,)),
         ("score(boxed, gold)", lambda p: score_completion(f"\\boxed{{{p}}}", p, timeout_s=timeout_s), (bool, type(None))),
         ("extract_answer", extract_answer, (str, type(None))),
+        ("extract_answer(lenient)", lambda p: extract_answer(p, extraction="lenient"), (str, type(None))),
+        ("score(lenient)", lambda p: score_completion(p, "2", timeout_s=timeout_s, extraction="lenient"), (bool,)),
+        ("score(dapo rule)", lambda p: score_completion(f"Answer: {p}", "2", rule="dapo"), (bool,)),
         ("extract_gold_answer", extract_gold_answer, (str, type(None))),
     ]  # fmt: skip
     for payload in payloads(marker):
@@ -117,10 +120,10 @@ def run_battery(marker: str, timeout_s: float = TIMEOUT_S, bound_s: float = BOUN
 
 
 def _battery_in_child(marker: str, queue) -> None:
-    math_answer.warm_up(2)  # this process's own pool; its cold start is not part of any answer's deadline
+    api.warm_up(2)  # this process's own pool; its cold start is not part of any answer's deadline
     failures = run_battery(marker)
     failures += [] if verify("\\sqrt{8}", "2\\sqrt{2}") else ["symbolic comparison failed in the child"]
-    math_answer.shutdown_workers()
+    api.shutdown_workers()
     queue.put(failures)
 
 
@@ -130,9 +133,9 @@ def _symbolic_in_daemon() -> bool:
 
 @pytest.fixture(scope="module", autouse=True)
 def _pool():
-    math_answer.warm_up(2)
+    api.warm_up(2)
     yield
-    math_answer.shutdown_workers()
+    api.shutdown_workers()
 
 
 @pytest.fixture
@@ -182,7 +185,7 @@ def test_daemonic_pool_worker():
 PLANTED = """
 import time
 
-from dapo_trl.math_symbolic import symbolic_equivalent
+from dapo_trl.verifier.symbolic import symbolic_equivalent
 
 
 def compare(gold, pred):
@@ -270,7 +273,7 @@ def test_shutdown_leaves_no_processes():
     pool.warm_up(2)
     pids = pool.pids()
     assert len(pids) == 3  # the zygote and two workers
-    math_answer.shutdown_workers()
+    api.shutdown_workers()
     for pid in pids:
         _assert_pid_gone(pid)
     assert _verify_pool._POOL is None
@@ -296,7 +299,7 @@ def test_workers_die_with_a_killed_caller(tmp_path):
     script = tmp_path / "caller.py"
     script.write_text(
         "import sys, time\n"
-        "from dapo_trl import _verify_pool\n"
+        "from dapo_trl.verifier import pool as _verify_pool\n"
         "pool = _verify_pool.get_pool(2)\n"
         "pool.warm_up(2)\n"
         "print(*pool.pids(), flush=True)\n"
@@ -309,3 +312,144 @@ def test_workers_die_with_a_killed_caller(tmp_path):
     caller.wait()
     for pid in pids:
         _assert_pid_gone(pid)
+
+
+# ------------------------------------------------------------------------------------------- undefined values
+UNDEFINED = [
+    # Zero denominators: both sides are complex infinity, which must not make them equal.
+    (r"\frac{1}{0}", r"\frac{2}{0}"),
+    ("1/0", "2/0"),
+    (r"5 \div 0", r"6 \div 0"),
+    (r"\frac{\sqrt{2}}{0}", r"\frac{\sqrt{3}}{0}"),
+    (r"\frac{1}{1-1}", r"\frac{5}{2-2}"),
+    (r"\frac{1}{\sqrt{2}-\sqrt{2}}", r"\frac{2}{\sqrt{3}-\sqrt{3}}"),
+    (r"\frac{x}{x-x}", r"\frac{y}{y-y}"),
+    ("12:00", "1:00"),  # a time or ratio, never a division
+    # zoo and nan from functions and arithmetic, including the very same undefined expression on both sides.
+    (r"\frac{1}{1-1}", r"\frac{1}{1-1}"),
+    ("0/0", "0/0"),
+    (r"\frac{0}{0}", "1"),
+    (r"\log 0", r"\log 0"),
+    (r"\ln 0", r"\frac{1}{0}"),
+    (r"0^{-1}", r"0^{-1}"),
+    (r"\tan\frac{\pi}{2}", r"\tan\frac{\pi}{2}"),
+    (r"\cot 0", r"\frac{1}{0}"),
+    (r"\infty - \infty", "0"),
+    (r"\infty - \infty", r"\infty - \infty"),
+    (r"\infty \cdot 0", "0"),
+    # oo is a value only on its own.
+    (r"\infty + 1", r"\infty"),
+    (r"\infty", r"-\infty"),
+    (r"\frac{1}{0}", r"\infty"),
+    (r"\text{undefined}", r"\frac{1}{0}"),
+    (r"(\frac{1}{0}, 2)", r"(\frac{2}{0}, 2)"),
+]
+
+
+@pytest.mark.parametrize("gold, pred", UNDEFINED)
+def test_undefined_values_equal_nothing(gold, pred):
+    assert verify(gold, pred, timeout_s=TIMEOUT_S) is False
+    assert verify(pred, gold, timeout_s=TIMEOUT_S) is False
+
+
+@pytest.mark.parametrize(
+    "gold, pred",
+    [(r"\infty", r"\infty"), (r"-\infty", r"-\infty"), (r"(3, \infty)", r"(3,\infty)"), (r"\tan 1", r"\tan 1")],
+)
+def test_infinity_and_defined_functions_still_compare(gold, pred):
+    assert verify(gold, pred, timeout_s=TIMEOUT_S) is True
+
+
+@pytest.mark.parametrize(
+    "gold",
+    [
+        None,
+        "",
+        "   ",
+        "???",
+        "...",
+        r"\sqrt",
+        r"\frac{1}",
+        "2+",
+        "x^{}",
+        r"\frac{1}{0}",
+        "0/0",
+        ["1", "2"],
+        [],
+        {"a": 1},
+        b"1",
+    ],
+)
+def test_unusable_golds_are_skipped_not_matched_against_the_same_junk(gold):
+    assert extract_gold_answer(gold) is None
+    text = gold.decode() if isinstance(gold, bytes) else gold if isinstance(gold, str) else str(gold)
+    for completion in (f"Answer: {text}", f"\\boxed{{{text}}}", text):
+        assert score_completion(completion, gold, timeout_s=TIMEOUT_S) is None
+        assert score_completion(completion, gold, timeout_s=TIMEOUT_S, rule="dapo") is None
+
+
+@pytest.mark.parametrize("gold", [["7"], ("7",), [["7"]], 7, 7.0])
+def test_single_value_containers_are_unwrapped(gold):
+    assert extract_gold_answer(gold) == "7"
+    assert score_completion("Answer: 7", gold) is True
+    assert score_completion("Answer: ['7']", gold) is False
+
+
+# ------------------------------------------------------------------------------------------------ API misuse
+@pytest.mark.parametrize(
+    "completion, hint",
+    [
+        (b"Answer: 3", "Decode it"),
+        (None, "got NoneType"),
+        ({"role": "assistant", "content": "Answer: 3"}, "chat message"),
+        (["Answer: 3"], "conversation"),
+        (3, "got int"),
+    ],
+)
+def test_a_completion_of_the_wrong_type_is_named(completion, hint):
+    with pytest.raises(TypeError, match=rf"score_completion: `completion_text` must be a str.*{hint}"):
+        score_completion(completion, "3")
+    with pytest.raises(TypeError, match="extract_answer: `text`"):
+        extract_answer(completion)
+    with pytest.raises(TypeError, match="verify: `predicted`"):
+        verify("3", completion)
+    with pytest.raises(TypeError, match=r"verify_batch: `predictions\[1\]`"):
+        verify_batch(["3", "3"], ["3", completion])
+
+
+@pytest.mark.parametrize("timeout_s", [float("nan"), -1.0, 0, float("inf"), "3", True, None])
+def test_a_bad_deadline_is_refused_by_name_and_later_calls_are_unharmed(timeout_s):
+    for call in (
+        lambda: verify(r"\sqrt{8}", r"2\sqrt{2}", timeout_s=timeout_s),
+        lambda: score_completion(r"Answer: $2\sqrt{2}$", r"\sqrt{8}", timeout_s=timeout_s),
+        lambda: verify_batch([r"\sqrt{8}"], [r"2\sqrt{2}"], timeout_s=timeout_s),
+        lambda: _verify_pool.get_pool().compare(r"\sqrt{8}", r"2\sqrt{2}", timeout_s),
+    ):
+        with pytest.raises((ValueError, TypeError), match="timeout_s"):
+            call()
+    for _ in range(3):  # the pool answers correctly and quickly right after, every time
+        start = time.monotonic()
+        assert verify(r"\sqrt{8}", r"2\sqrt{2}", timeout_s=TIMEOUT_S) is True
+        assert time.monotonic() - start <= BOUND_S
+
+
+def test_an_error_inside_a_comparison_does_not_cost_the_pool_a_worker(monkeypatch):
+    pool = _verify_pool.get_pool(2)
+    pool.warm_up(2)
+    calls = []
+
+    def failing_ask(self, gold, pred, deadline):
+        calls.append(gold)
+        raise KeyboardInterrupt  # anything at all, raised while a worker is out of the pool
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_verify_pool._Worker, "ask", failing_ask)
+        for _ in range(3):
+            with pytest.raises(KeyboardInterrupt):
+                verify(r"\sqrt{8}", r"2\sqrt{2}", timeout_s=TIMEOUT_S)
+    assert len(calls) == 3
+    for _ in range(3):
+        start = time.monotonic()
+        assert verify(r"\sqrt{8}", r"2\sqrt{2}", timeout_s=TIMEOUT_S) is True
+        assert time.monotonic() - start <= BOUND_S
+    assert pool._size <= pool._max

@@ -13,26 +13,33 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`PreemptionCallback`], [`PreemptionMixin`], [`latest_complete_checkpoint`]: preemption-safe training for any
   transformers `Trainer` (built into DAPOTrainer).
 
-Names are imported lazily so that `import dapo_trl.math_answer` does not pay for importing TRL.
+Names are imported lazily, so that `import dapo_trl.verifier` pays for neither TRL nor torch; the verifier works without
+TRL installed, while the trainer and the reward function need it (the TRL version is checked when TRL is installed).
 """
 
-from importlib import import_module
+from importlib import import_module, metadata
 from typing import TYPE_CHECKING
 
 from ._compat import check_trl_version
 
 __version__ = "0.1.0"
 
-check_trl_version()
+try:
+    _trl_installed = bool(metadata.version("trl"))
+except metadata.PackageNotFoundError:
+    _trl_installed = False
+if _trl_installed:
+    check_trl_version()
+_NEEDS_TRL = {"dapo_config", "dapo_trainer", "rewards"}
 
 _EXPORTS = {
     "DAPOConfig": "dapo_config",
     "DAPOTrainer": "dapo_trainer",
     "MathVerifierReward": "rewards",
-    "extract_answer": "math_answer",
-    "verify": "math_answer",
-    "verify_batch": "math_answer",
-    "score_completion": "math_answer",
+    "extract_answer": "verifier",
+    "verify": "verifier",
+    "verify_batch": "verifier",
+    "score_completion": "verifier",
     "OverlongPenalty": "overlong",
     "soft_overlong_penalty": "overlong",
     "is_truncated": "overlong",
@@ -85,6 +92,8 @@ __all__ = [
 
 def __getattr__(name: str):
     if name in _EXPORTS:
+        if _EXPORTS[name] in _NEEDS_TRL and not _trl_installed:
+            check_trl_version()  # raises: TRL is not installed, and says which version to install
         value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
         globals()[name] = value
         return value
@@ -99,7 +108,6 @@ if TYPE_CHECKING:
     from .dapo_config import DAPOConfig
     from .dapo_trainer import DAPOTrainer
     from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
-    from .math_answer import extract_answer, score_completion, verify, verify_batch
     from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
     from .preemption import PreemptionCallback, PreemptionMixin, latest_complete_checkpoint
     from .prompt_history import PromptHistory, SkipPolicy
@@ -112,3 +120,4 @@ if TYPE_CHECKING:
         classify_groups,
         plan_selection,
     )
+    from .verifier import extract_answer, score_completion, verify, verify_batch

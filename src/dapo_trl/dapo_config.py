@@ -112,13 +112,15 @@ class DAPOConfig(GRPOConfig):
         > Preemption and restarts (see `dapo_trl.preemption`)
 
         preemption_handling (`bool`, *optional*, defaults to `True`):
-            On SIGTERM or SIGUSR1, finish the current rollout (see `preemption_stop_at`), save a complete checkpoint
+            On SIGTERM or SIGUSR1, finish the current optimizer step (see `preemption_stop_at`), save a complete checkpoint
             (model, optimizer, scheduler, RNG, dynamic-sampling state; even with `save_strategy="no"`) and exit with
             code 75. All processes stop at the same step even when only some received the signal.
-        preemption_stop_at (`str`, *optional*, defaults to `"rollout"`):
-            `"rollout"`: stop once the current generation round's updates are done, so the resumed run matches an
-            uninterrupted one exactly. `"step"`: stop after the current optimizer step (sooner when a rollout holds
-            many updates; the resumed run regenerates the rest of the interrupted rollout).
+        preemption_stop_at (`str`, *optional*, defaults to `"step"`):
+            `"step"`: stop after the current optimizer step; a checkpoint taken in the middle of a rollout keeps the
+            rollout's unused micro-batches, so the resumed run matches an uninterrupted one exactly. `"rollout"`: stop
+            once the current generation round's updates are done (up to `steps_per_generation * num_iterations /
+            gradient_accumulation_steps` optimizer steps later: 16 in the paper's recipe, longer than a typical
+            preemption notice).
         auto_resume (`bool`, *optional*, defaults to `False`):
             `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
             `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
@@ -238,11 +240,14 @@ class DAPOConfig(GRPOConfig):
     # Preemption and restarts
     preemption_handling: bool = field(
         default=True,
-        metadata={"help": "On SIGTERM/SIGUSR1: finish the current rollout, save a checkpoint, exit with code 75."},
+        metadata={"help": "On SIGTERM/SIGUSR1: finish the current step, save a checkpoint, exit with code 75."},
     )
     preemption_stop_at: str = field(
-        default="rollout",
-        metadata={"help": "Where a preempted run stops: 'rollout' (exact resume) or 'step'.", "choices": STOP_POINTS},
+        default="step",
+        metadata={
+            "help": "Where a preempted run stops: 'step' or 'rollout' (both resume exactly).",
+            "choices": STOP_POINTS,
+        },
     )
     auto_resume: bool = field(
         default=False,

@@ -157,12 +157,23 @@ def load_math_dataset(
     rows = [convert(row) for row in raw]
     missing = sum(r["answer"] is None for r in rows)
     if missing:
-        logger.warning("Dropped %d rows of %s with no usable answer.", missing, name_or_path)
+        logger.warning(
+            "Dropped %d of %d rows of %s whose answer column %r holds no usable answer (None, empty, a list of several "
+            "values or another container, or a solution without a final answer).",
+            missing,
+            len(rows),
+            name_or_path,
+            answer_col,
+        )
         rows = [r for r in rows if r["answer"] is not None]
     if max_samples is not None:
         rows = rows[:max_samples]
     if not rows:
-        raise ValueError(f"{name_or_path} ({split}) has no usable rows.")
+        others = [c for c in raw.column_names if c not in (answer_col.split(".")[0], prompt_col)]
+        raise ValueError(
+            f"{name_or_path} ({split}) has no usable rows: its answer column {answer_col!r} holds no usable answer. "
+            f"Pass answer_column= with the column that does (its other columns: {others}), or dataset_format=."
+        )
     from datasets import Dataset
 
     return Dataset.from_list(rows)
@@ -262,10 +273,26 @@ def boxed_answer(solution: Any) -> str | None:
 
 
 def _plain_answer(value: Any) -> str | None:
-    if value is None:
+    """
+    An answer value as text: one-element lists are unwrapped (`["1"]` is `"1"`), numbers written out; a container
+    with several values (or none) is unusable (`None`), never stringified into `"['1', '2']"`.
+
+    Example:
+    ```python
+    >>> _plain_answer(["1"]), _plain_answer(3.0), _plain_answer(["1", "2"]), _plain_answer(" ")
+    ('1', '3', None, None)
+
+    ```
+    """
+    while isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    if value is None or isinstance(value, (list, tuple, dict, set, bool, bytes)):
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        if value.is_integer():
+            value = int(value)
     text = str(value).strip()
     return text or None
 

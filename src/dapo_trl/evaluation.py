@@ -382,22 +382,39 @@ def cluster_answers(answers: Sequence[str | None], equivalent: Callable[[str, st
     return out
 
 
-def _verifier_scorer(completion: str, answer: str) -> bool:
-    from .math_answer import score_completion
+def _verifier_scorer(completion: str, answer: str, extraction: str = "strict", rule: str = "equivalence") -> bool:
+    from .verifier import score_completion
 
-    return bool(score_completion(completion, answer))
+    return bool(score_completion(completion, answer, extraction=extraction, rule=rule))
 
 
 def _verifier_equivalent(a: str, b: str) -> bool:
-    from .math_answer import verify
+    from .verifier import verify
 
     return verify(a, b)
 
 
-def _verifier_extract(completion: str) -> str | None:
-    from .math_answer import extract_answer
+def _verifier_extract(completion: str, extraction: str = "strict") -> str | None:
+    from .verifier import extract_answer
 
-    return extract_answer(completion)
+    return extract_answer(completion, extraction=extraction)
+
+
+def _verifier_functions(extraction: str, rule: str) -> tuple[Scorer, Callable, Callable]:
+    """Scorer, answer extractor and vote equivalence for the CLI's `--extraction` and `--reward_rule`."""
+    import functools
+
+    scorer = functools.partial(_verifier_scorer, extraction=extraction, rule=rule)
+    if rule == "dapo":  # votes are the rule's normalised answers, equal when identical
+        return scorer, _dapo_extract, str.__eq__
+    return scorer, functools.partial(_verifier_extract, extraction=extraction), _verifier_equivalent
+
+
+def _dapo_extract(completion: str) -> str | None:
+    from .verifier import dapo_rule
+
+    answer = dapo_rule.extract(completion)
+    return None if answer == dapo_rule.INVALID else answer
 
 
 def pass_ks(k: int) -> list[int]:
@@ -450,11 +467,11 @@ def evaluate(
             `"transformers"` (`generate`), `"vllm"` (needs a path and CUDA) or `"auto"` (vLLM when importable with a
             GPU and given a path, else transformers).
         scorer (`Callable[[str, str], bool]`, *optional*):
-            `(completion, answer) -> correct`. Defaults to `dapo_trl.math_answer.score_completion`.
+            `(completion, answer) -> correct`. Defaults to `dapo_trl.verifier.score_completion`.
         answer_extractor (`Callable[[str], str | None]`, *optional*):
-            Final answer of a completion, for maj@k. Defaults to `dapo_trl.math_answer.extract_answer`.
+            Final answer of a completion, for maj@k. Defaults to `dapo_trl.verifier.extract_answer`.
         answer_equivalent (`Callable[[str, str], bool]`, *optional*):
-            Whether two extracted answers are the same vote. Defaults to `dapo_trl.math_answer.verify`.
+            Whether two extracted answers are the same vote. Defaults to `dapo_trl.verifier.verify`.
         tokenizer (`PreTrainedTokenizerBase`, *optional*):
             Needed with a model object; loaded from the path otherwise.
         max_new_tokens (`int`, *optional*, defaults to `20480`):
@@ -662,6 +679,20 @@ def build_parser() -> Any:
     scoring.add_argument(
         "--scorer", default="verifier", choices=("verifier", "exact"), help="Math verifier or exact match."
     )
+    scoring.add_argument(
+        "--extraction",
+        default="strict",
+        choices=("strict", "lenient"),
+        help="Verifier answer extraction: 'strict' (boxed answer or Answer: line only, as in training) or 'lenient' "
+        "(else the last math expression of the final sentence; for models not trained on an answer format).",
+    )
+    scoring.add_argument(
+        "--reward_rule",
+        default=None,
+        choices=("equivalence", "dapo"),
+        help="'equivalence' (this verifier) or 'dapo' (the DAPO paper's rule: last Answer: line of the last 300 "
+        "characters, normalised exact match). Default: the run record's, else 'equivalence'.",
+    )
     scoring.add_argument("--output", default=None, help="Write the metrics (and samples) as JSON here.")
     scoring.add_argument("--save_samples", action="store_true", help="Include every completion in --output.")
     return parser
@@ -692,6 +723,8 @@ def parse_cli(argv: Sequence[str] | None = None) -> Any:
     for name, default in CLI_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, recorded.get(name, default))
+    if args.reward_rule is None:  # score with the rule the run trained with
+        args.reward_rule = recorded.get("reward_rule", "equivalence")
     if args.chat == "auto" and record is not None:
         args.chat = "yes" if record.prompt_format.conversational else "no"
     if record is not None and args.system_prompt is None:
@@ -737,6 +770,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         max_samples=args.max_samples,
     )
     exact = args.scorer == "exact"
+    scorer, extractor, equivalent = _verifier_functions(args.extraction, args.reward_rule)
     metrics = evaluate(
         args.model,
         dataset,
@@ -745,9 +779,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         top_p=args.top_p,
         max_new_tokens=args.max_new_tokens,
         backend=args.backend,
-        scorer=exact_match_scorer if exact else None,
-        answer_extractor=extract_answer_line if exact else None,
-        answer_equivalent=(lambda a, b: _normalize(a) == _normalize(b)) if exact else None,
+        scorer=exact_match_scorer if exact else scorer,
+        answer_extractor=extract_answer_line if exact else extractor,
+        answer_equivalent=(lambda a, b: _normalize(a) == _normalize(b)) if exact else equivalent,
         use_chat_template=chat,
         chat_template_kwargs=args.chat_template_kwargs,
         max_prompt_length=args.max_prompt_length,

@@ -1,9 +1,12 @@
-"""
+r"""
 Symbolic equivalence of two answers with latex2sympy2_extended and SymPy.
 
-This module only ever runs inside a verifier worker process (see `dapo_trl._verify_pool`), because SymPy work on
+This module only ever runs inside a verifier worker process (see `dapo_trl.verifier.pool`), because SymPy work on
 untrusted expressions can take unbounded time and only a process can be stopped from outside. It never evaluates
 text as code: LaTeX goes through latex2sympy2_extended's grammar, and the only SymPy inputs are the objects it builds.
+
+Undefined values never compare equal: an expression that evaluates to complex infinity (`zoo`) or `nan` equals
+nothing, itself included, and infinity (`oo`) equals only itself as a bare value (`\infty + 1` is not an answer).
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-from .math_compare import compare, fast_scalar_equal
-from .math_normalize import Scalar, parse_answer
+from .compare import compare, fast_mixed, fast_scalar_equal, is_interval
+from .normalize import Group, Scalar, is_inequality, parse_answer
 
 _DECIMAL = re.compile(r"(?<![\d.])(\d+)\.(\d+)(?![\d.])")
 _DIGITS = 50
@@ -110,10 +113,22 @@ def _variants(x: Scalar) -> tuple[str, ...]:
     return (x.text, rf"\frac{{{x.text}}}{{100}}") if x.percent else (x.text,)
 
 
+_RELATION = re.compile(r"=|<|>|\\le|\\ge|\\ne")
+_VARIABLE = re.compile(r"[A-Za-z](?:_\{?\w+\}?)?|\\(?:alpha|beta|gamma|theta|lambda|mu|phi|omega|rho|tau)")
+
+
+def _as_equation(x: Scalar, other: Scalar) -> Scalar:
+    # "y = 2x + 1" was read as the value 2x + 1 labelled y; against an equation ("y - 1 = 2x") it is the equation.
+    if x.label and _VARIABLE.fullmatch(x.label) and _RELATION.search(other.text) and not _RELATION.search(x.text):
+        return Scalar(f"{x.label} = {x.text}", x.percent)
+    return x
+
+
 def symbolic_scalar_equal(gold: Scalar, pred: Scalar) -> bool:
     fast = fast_scalar_equal(gold, pred)
     if fast is not None:
         return fast
+    gold, pred = _as_equation(gold, pred), _as_equation(pred, gold)
     for g in _variants(gold):
         for p in _variants(pred):
             a, b = _parse(g), _parse(p)
@@ -122,11 +137,30 @@ def symbolic_scalar_equal(gold: Scalar, pred: Scalar) -> bool:
     return False
 
 
+def _undefined(x) -> bool:
+    import sympy
+
+    has = getattr(x, "has", None)
+    return has is not None and bool(has(sympy.zoo, sympy.nan))
+
+
 def _sympy_equal(a, b) -> bool:
     import sympy
 
-    if a == b:
-        return True
+    if _undefined(a) or _undefined(b):
+        return False  # 1/0 and 2/0 are both zoo: equal as objects, but neither is a value
+    if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr) and (a.has(sympy.oo) or b.has(sympy.oo)):
+        return a == b and a in (sympy.oo, -sympy.oo)
+    if a == b:  # the parser does not evaluate: 1/(1 - 1) is only seen to be zoo once computed
+        return not _undefined(_evaluated(a))
+    if _has_operator(a) or _has_operator(b):
+        # Under a sum the parser's unordered products stay apart (F_k F_j and F_j F_k), and sampling points cannot
+        # tell: rebuilding with SymPy's automatic ordering can.
+        ra, rb = _rebuilt(a), _rebuilt(b)
+        if ra == rb and not isinstance(ra, sympy.logic.boolalg.BooleanAtom):  # x+1 = x+2 rebuilds to False
+            return not _undefined(_evaluated(ra))
+    if isinstance(a, sympy.MatrixExpr) or isinstance(b, sympy.MatrixExpr):
+        a, b = _explicit(a), _explicit(b)
     if isinstance(a, sympy.MatrixBase) or isinstance(b, sympy.MatrixBase):
         return (
             isinstance(a, sympy.MatrixBase)
@@ -140,6 +174,91 @@ def _sympy_equal(a, b) -> bool:
         return _expr_equal(a, b)
     if isinstance(a, sympy.Set) and isinstance(b, sympy.Set):
         return a.symmetric_difference(b) is sympy.S.EmptySet
+    return False
+
+
+def _has_operator(x) -> bool:
+    import sympy
+
+    has = getattr(x, "has", None)
+    return has is not None and bool(has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit))
+
+
+def _rebuilt(x, depth: int = 0):
+    """`x` rebuilt bottom-up with SymPy's automatic simplification (canonical order), computing nothing else."""
+    args = getattr(x, "args", ())
+    if not args or depth > 50:
+        return x
+    try:
+        return x.func(*[_rebuilt(arg, depth + 1) for arg in args])
+    except Exception:  # some objects cannot be rebuilt from their args; they compare as they are
+        return x
+
+
+def _evaluated(x):
+    import sympy
+
+    try:
+        return x.doit()
+    except Exception:  # SymPy raises many types on odd input; an expression it cannot compute is not a value
+        return sympy.nan
+
+
+def _explicit(x):
+    import sympy
+
+    if isinstance(x, sympy.MatrixExpr) and not isinstance(x, sympy.MatrixBase):
+        done = x.doit()  # A + B, A B written with explicit matrices: compute the matrix
+        return done.as_explicit() if isinstance(done, sympy.MatrixExpr) and hasattr(done, "as_explicit") else done
+    return x
+
+
+# ------------------------------------------------------------------------------------- a value against a structure
+def _relation_set(text: str):
+    """The set of reals an inequality in one variable describes (`1 \\le |z| \\le 3/2`), or `None`."""
+    import sympy
+
+    rel = _parse(text)
+    relations = list(rel.args) if isinstance(rel, sympy.And) else [rel]
+    if not relations or not all(isinstance(r, sympy.Rel) for r in relations):
+        return None
+    symbols = set().union(*(r.free_symbols for r in relations))
+    if len(symbols) != 1:
+        return None
+    (x,) = symbols
+    result = sympy.S.Reals
+    for r in relations:
+        result = result.intersect(sympy.solveset(r, x, sympy.S.Reals))
+    return result
+
+
+def _group_set(group: Group):
+    """An interval or a union of intervals as a SymPy set, or `None`."""
+    import sympy
+
+    if group.kind == "union":
+        parts = [_group_set(g) if isinstance(g, Group) else _relation_set(g.text) for g in group.items]
+        return None if any(p is None for p in parts) else sympy.Union(*parts)
+    if not is_interval(group) or not all(isinstance(x, Scalar) for x in group.items):
+        return None
+    low, high = (_parse(x.text) for x in group.items)
+    if low is None or high is None:
+        return None
+    return sympy.Interval(low, high, group.left == "(", group.right == ")")
+
+
+def symbolic_mixed(scalar: Scalar, group: Group, scalar_is_gold: bool) -> bool:
+    import sympy
+
+    fast = fast_mixed(scalar, group, scalar_is_gold)
+    if fast is not None:
+        return fast
+    if is_inequality(scalar.text):
+        a, b = _relation_set(scalar.text), _group_set(group)
+        return a is not None and b is not None and a.symmetric_difference(b) is sympy.S.EmptySet
+    if group.kind == "matrix":
+        a, b = _parse(group.source), _parse(scalar.text)
+        return a is not None and b is not None and _sympy_equal(a, b)
     return False
 
 
@@ -205,7 +324,7 @@ def _expr_equal(a, b) -> bool:
     import sympy
 
     if a.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) or b.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
-        return False  # equal infinities were caught by `a == b`; oo - oo is nan, so no arithmetic from here
+        return False  # see `_sympy_equal`: oo - oo is nan, so no arithmetic from here
     if a - b == 0:
         return True
     symbols = sorted(a.free_symbols | b.free_symbols, key=str)
@@ -246,7 +365,7 @@ def symbolic_equivalent(gold: str, pred: str) -> bool:
     g, p = parse_answer(gold), parse_answer(pred)
     if g is None or p is None:
         return False
-    return compare(g, p, symbolic_scalar_equal) is True
+    return compare(g, p, symbolic_scalar_equal, symbolic_mixed) is True
 
 
 # Common answer shapes (token patterns, not values: the parser's caches key on token types).
@@ -269,6 +388,11 @@ _WARM_UP = [
     (r"5!", r"\binom{5}{2} - |x - 1|"),
     (r"2\frac{1}{3}", r"\frac{3}{4}\pi r^3"),
     (r"\sqrt[3]{2} \cdot 10^{-3}", r"\dfrac{-b + \sqrt{b^2 - 4ac}}{2a}"),
+    (r"(u+v)^3", r"u^3+3u^2v+3uv^2+v^3"),
+    (r"u^2+v^2=4", r"3u^2+3v^2=12"),
+    (r"|w|", r"\sqrt{w^2}"),
+    (r"[-2, -1] \cup [1, 2]", r"1 \le |w| \le 2"),
+    (r"\begin{pmatrix}1 & 2\end{pmatrix}", r"\begin{pmatrix}0 & 1\end{pmatrix} + \begin{pmatrix}1 & 1\end{pmatrix}"),
 ]
 
 
@@ -277,3 +401,11 @@ def warm_up() -> None:
     # ANTLR builds its prediction tables lazily: a first parse of each shape costs ~100 ms, a later one ~2 ms.
     for gold, pred in _WARM_UP:
         symbolic_equivalent(gold, pred)
+    # SymPy infers a symbol's assumptions (real? positive?) the first time an expression needs them, 20-40 ms per new
+    # symbol; symbols are cached by name, and answers mostly use single lower-case letters: pay for all of them here.
+    import string
+
+    import sympy
+
+    for letter in string.ascii_lowercase:
+        sympy.sqrt(sympy.Symbol(letter) ** 2)

@@ -10,7 +10,7 @@ How:
   daemonic processes, and never re-imports the user's `__main__`). It imports SymPy, warms up the LaTeX parser, then
   forks a worker whenever asked: a new worker is ready in milliseconds, so a worker killed on a timeout is replaced
   at once, and the replacement's start counts against the next answer's deadline like any other work.
-- The zygote imports only this package's pure modules, not `dapo_trl/__init__` (which may pull in torch).
+- The zygote imports only the verifier's pure modules, not `dapo_trl/__init__` (which may pull in torch).
 - Each worker talks to the caller over its own socket, one JSON request and one `0`/`1` line at a time.
 - Cleanup: the caller's `atexit` stops the zygote, which kills its workers; if the caller dies hard, the zygote
   sees its control socket close and does the same, and on Linux workers also die with the zygote (`PR_SET_PDEATHSIG`).
@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import select
 import signal
@@ -37,12 +38,12 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 60.0
-_PACKAGE_DIR = Path(__file__).resolve().parent
-_DEFAULT_ENTRY = ("dapo_trl.math_symbolic", "symbolic_equivalent")
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # dapo_trl/
+_DEFAULT_ENTRY = ("dapo_trl.verifier.symbolic", "symbolic_equivalent")
 # A stub package module pointing at our directory loads dapo_trl's submodules without running dapo_trl/__init__.py.
 _BOOT = (
     "import sys, types; pkg = types.ModuleType('dapo_trl'); pkg.__path__ = [sys.argv[1]]; "
-    "sys.modules['dapo_trl'] = pkg; from dapo_trl._verify_pool import zygote_main; zygote_main(*sys.argv[2:])"
+    "sys.modules['dapo_trl'] = pkg; from dapo_trl.verifier.pool import zygote_main; zygote_main(*sys.argv[2:])"
 )
 
 
@@ -166,6 +167,11 @@ class VerifierPool:
             self._cond.notify()
 
     def compare(self, gold: str, pred: str, timeout_s: float) -> bool | None:
+        valid = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+        if not (valid and math.isfinite(timeout_s) and timeout_s > 0):
+            # Checked here too, not only by the public functions: a NaN deadline would never pass, and a worker taken
+            # out of the pool under it would never come back.
+            raise ValueError(f"VerifierPool.compare: `timeout_s` must be a finite number above 0, got {timeout_s!r}.")
         if not self._started:
             # A one-time cold start is bounded by STARTUP_TIMEOUT_S, not by the answer's budget. Every thread waits
             # here (on the control lock) until it is over, so none starts its clock while another is booting the pool.
@@ -174,13 +180,16 @@ class VerifierPool:
         worker = self._acquire(start + timeout_s)
         if worker is None:
             return None
-        verdict = worker.ask(gold, pred, start + timeout_s)
-        if verdict is None:
-            self.timeouts += 1
-            logger.debug("Math verification missed its %.2f s deadline; replacing the worker.", timeout_s)
-            self._kill(worker)
-            worker = None
-        self._release(worker)
+        verdict = None
+        try:
+            verdict = worker.ask(gold, pred, start + timeout_s)
+        finally:  # whatever happens (an error, KeyboardInterrupt), the worker goes back or is replaced
+            if verdict is None:
+                self.timeouts += 1
+                logger.debug("Math verification missed its %.2f s deadline; replacing the worker.", timeout_s)
+                self._kill(worker)
+                worker = None
+            self._release(worker)
         return verdict
 
     def start(self) -> None:
@@ -306,7 +315,7 @@ def zygote_main(ctrl_fd: str, module: str, function: str) -> None:
     for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
     ctrl = socket.socket(fileno=int(ctrl_fd))
-    from .math_symbolic import warm_up
+    from .symbolic import warm_up
 
     warm_up()
     entry = getattr(importlib.import_module(module), function)
