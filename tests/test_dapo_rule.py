@@ -110,9 +110,13 @@ def test_unknown_rule_is_refused_by_name(rule):
         (["--extraction", "lenient"], [("The total is $5$.", "5", True), ("Answer: 6", "5", False)]),
     ],
 )
-def test_evaluation_cli_flags(monkeypatch, flags, checks):
+def test_evaluation_cli_flags(monkeypatch, tmp_path, flags, checks):
     from dapo_trl import data, evaluation
 
+    monkeypatch.chdir(tmp_path)  # the CLI checks that the model folder and the data file exist
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "d").write_text('{"prompt": "p", "answer": "1"}\n')
     seen = {}
     monkeypatch.setattr(data, "load_math_dataset", lambda *a, **k: "dataset")
     monkeypatch.setattr(evaluation, "evaluate", lambda model, dataset, **kwargs: seen.update(kwargs) or {"k": 1})
