@@ -40,6 +40,9 @@ def test_paper_defaults():
         (dict(dynamic_sampling_round_sizing="greedy"), "round_sizing"),
         (dict(dynamic_sampling_tolerance=-1), "tolerance"),
         (dict(dynamic_sampling_carry_over=True, use_liger_kernel=True), "use_liger_kernel"),
+        (dict(num_generations=0), "num_generations must be a positive integer"),
+        (dict(gradient_accumulation_steps=0), "gradient_accumulation_steps must be a positive integer"),
+        (dict(steps_per_generation=0), "steps_per_generation must be a positive integer"),
         (
             dict(per_device_train_batch_size=16, gradient_accumulation_steps=4, steps_per_generation=2),
             "multiple of gradient_accumulation_steps",

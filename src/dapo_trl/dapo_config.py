@@ -26,14 +26,18 @@ class DAPOConfig(GRPOConfig):
     TRL's differ, and the parameters below are added. All of them are usable from YAML and the command line through
     [`~trl.TrlParser`], so an existing GRPOConfig YAML loads unchanged.
 
-    > Defaults different from [`~trl.GRPOConfig`]: `epsilon_high=0.28` (Clip-Higher, §3.1), `num_generations=16`
-    > (§4.1), `per_device_train_batch_size=16` (so that the default batch holds whole groups of 16),
-    > `lr_scheduler_type="constant_with_warmup"` with `warmup_steps=20` (§4.1: constant lr 1e-6 after a
-    > 20-rollout-step linear warm-up). Kept from TRL because they already match the paper: `epsilon=0.2`, `beta=0.0`
-    > (no KL term, no reference model, §2.3), `loss_type="dapo"` (token-level loss, §3.3; made exact per optimizer step
-    > by the trainer), `temperature=1.0`, `top_p=1.0`, `learning_rate=1e-6`, `scale_rewards="group"` (Eq. 9) and
-    > `mask_truncated_completions=False` (overlong *filtering* off: the paper's final run and the official recipe train
-    > without it; turn it on to mask truncated completions out of the loss).
+    > Defaults different from [`~trl.GRPOConfig`]: `epsilon_high=0.28` (Clip-Higher, §3.1, Eq. 10),
+    > `num_generations=16` (§4.1), `per_device_train_batch_size=16` (this project's choice: the default batch then holds
+    > whole groups of 16), `lr_scheduler_type="constant_with_warmup"` with `warmup_steps=20` (§4.1 warms the learning
+    > rate up linearly over 20 *rollout* steps; `warmup_steps` counts *optimizer* steps, so the default is 20 optimizer
+    > steps, and `configs/dapo_qwen2.5_32b.yaml` sets 320 = 20 rollout steps x 16 updates per rollout). Kept from TRL
+    > because they already match the paper: `epsilon=0.2` (Eq. 10), `beta=0.0` (no KL term, no reference model, §2.3),
+    > `loss_type="dapo"` (token-level loss, Eq. 12; made exact per optimizer step by the trainer), `temperature=1.0`,
+    > `top_p=1.0`, `learning_rate=1e-6` (§4.1) and `scale_rewards="group"` (Eq. 9). Not the paper's:
+    > `max_completion_length` keeps TRL's default of 512 (§4.1 generates up to 20,480 tokens; the paper config sets
+    > it), and `mask_truncated_completions=False` (overlong *filtering* off) follows verl's DAPO recipe and its README,
+    > not the paper, whose Table 1 adds overlong filtering as a step; turn it on to mask truncated completions out of
+    > the loss.
 
     Parameters:
         > Overlong reward shaping (DAPO §3.4)
@@ -146,7 +150,10 @@ class DAPOConfig(GRPOConfig):
     )
     warmup_steps: float = field(
         default=20,
-        metadata={"help": "Linear warm-up steps (int) or ratio of total steps (float < 1). DAPO §4.1 uses 20."},
+        metadata={
+            "help": "Linear warm-up, in optimizer steps (int) or as a ratio of total steps (float < 1). DAPO §4.1 warms "
+            "up over 20 rollout steps, i.e. 20 x (optimizer steps per rollout)."
+        },
     )
 
     # Overlong reward shaping
@@ -256,6 +263,7 @@ class DAPOConfig(GRPOConfig):
 
     def __post_init__(self):
         check_settings(self)
+        _check_positive_counts(self)
         super().__post_init__()
         self._check_clipping()
         self._check_overlong()
@@ -383,3 +391,15 @@ class DAPOConfig(GRPOConfig):
                 "save_only_model=True: the checkpoint saved on preemption holds only the model (no optimizer, scheduler "
                 "or RNG state), so a restart cannot continue the run exactly."
             )
+
+
+def _check_positive_counts(config: DAPOConfig) -> None:
+    """Counts TRL divides by in its own `__post_init__` (a 0 there is a bare `ZeroDivisionError`)."""
+    for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}.")
+    for name in ("steps_per_generation", "generation_batch_size", "num_generations_eval"):
+        value = getattr(config, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be a positive integer or None, got {value}.")
