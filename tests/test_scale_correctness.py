@@ -202,10 +202,13 @@ def test_fresh_rows_keep_the_exact_on_policy_ratio_next_to_carried_rows(tmp_path
 
 
 def test_a_training_set_smaller_than_one_generation_batch_trains(tmp_path):
-    trainer = make(tmp_path, dataset=scripted_dataset(3, kinds=("mixed",)), max_steps=2)
+    # 3 prompts, 4 per generation batch: TRL's sampler would drop the incomplete batch and train 0 steps
+    trainer = make(
+        tmp_path, dataset=scripted_dataset(3, kinds=("mixed",)), max_steps=2, per_device_train_batch_size=16
+    )
     trainer.train()
     assert trainer.state.global_step == 2
-    assert logged(trainer, "dynamic_sampling/groups_trained") == [2, 2]
+    assert logged(trainer, "dynamic_sampling/groups_trained") == [4, 4]
 
 
 def test_a_training_set_smaller_than_one_generation_batch_is_refused_without_dynamic_sampling(tmp_path):
