@@ -9,6 +9,8 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`classify_groups`], [`RoundPlanner`], [`plan_selection`], [`PromptStream`], [`SelectionPlan`]: dynamic sampling
   decisions, for subclasses that override the trainer's extension points.
 - [`clipped_surrogate`], [`token_level_mean`], [`sequence_level_mean`], [`dapo_loss`]: the objective as pure functions.
+- [`DiagnosticsCallback`], [`add_diagnostics`], [`diagnose`], [`DiagnosticThresholds`], [`Diagnosis`]: live diagnosis
+  of GRPO's failure modes from the logged metrics.
 
 Names are imported lazily so that `import dapo_trl.math_answer` does not pay for importing TRL.
 """
@@ -43,6 +45,11 @@ _EXPORTS = {
     "token_level_mean": "loss",
     "sequence_level_mean": "loss",
     "dapo_loss": "loss",
+    "DiagnosticsCallback": "diagnostics",
+    "DiagnosticThresholds": "diagnostics",
+    "Diagnosis": "diagnostics",
+    "add_diagnostics": "diagnostics",
+    "diagnose": "diagnostics",
 }
 
 __all__ = [
@@ -67,6 +74,11 @@ __all__ = [
     "score_completion",
     "verify",
     "verify_batch",
+    "DiagnosticsCallback",
+    "DiagnosticThresholds",
+    "Diagnosis",
+    "add_diagnostics",
+    "diagnose",
 ]
 
 
@@ -85,6 +97,7 @@ def __dir__():
 if TYPE_CHECKING:
     from .dapo_config import DAPOConfig
     from .dapo_trainer import DAPOTrainer
+    from .diagnostics import Diagnosis, DiagnosticsCallback, DiagnosticThresholds, add_diagnostics, diagnose
     from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
     from .math_answer import extract_answer, score_completion, verify, verify_batch
     from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty

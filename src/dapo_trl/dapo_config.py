@@ -74,6 +74,13 @@ class DAPOConfig(GRPOConfig):
             Carry informative groups left over once the batch is full into the next generation batch instead of
             discarding them. Carried groups are one policy version stale and their importance ratio uses the
             log-probabilities of the policy that sampled them (computed when they are carried).
+
+        > Diagnostics
+
+        diagnostics (`bool`, *optional*, defaults to `True`):
+            Register a [`DiagnosticsCallback`] that watches the logged metrics for GRPO's failure modes (entropy
+            collapse, vanishing gradient signal, length collapse or explosion, truncation growth, reward-hacking hints),
+            warns once per symptom with the numbers and the setting to change, and logs `diagnostics/<name>` (0/1).
     """
 
     # Paper defaults that differ from GRPOConfig's
@@ -155,12 +162,19 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Carry surplus informative groups into the next generation batch instead of discarding."},
     )
 
+    # Diagnostics
+    diagnostics: bool = field(
+        default=True,
+        metadata={"help": "Watch the logged metrics for GRPO's failure modes, warn and log diagnostics/<name>."},
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self._check_clipping()
         self._check_overlong()
         self._check_dynamic_sampling()
         self._check_token_normalizer()
+        self._check_diagnostics()
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -244,3 +258,7 @@ class DAPOConfig(GRPOConfig):
                 "steps_per_generation to a multiple of gradient_accumulation_steps (the paper does 16 updates per "
                 "rollout: steps_per_generation = 16 * gradient_accumulation_steps)."
             )
+
+    def _check_diagnostics(self) -> None:
+        if not isinstance(self.diagnostics, bool):
+            raise ValueError(f"diagnostics must be true or false, got {self.diagnostics!r}.")

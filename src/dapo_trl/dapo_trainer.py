@@ -31,6 +31,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from . import _batch
 from .dapo_config import DAPOConfig
+from .diagnostics import add_diagnostics
 from .loss import trl_num_items_for_exact_normalizer, window_token_counts
 from .overlong import OverlongPenalty
 from .sampling import GroupClassification, PromptStream, RoundPlanner, SelectionPlan, classify_groups, plan_selection
@@ -127,6 +128,8 @@ class DAPOTrainer(GRPOTrainer):
         self._loss_logps: torch.Tensor | None = None
         self._setup_overlong()
         self._setup_dynamic_sampling()
+        if self.args.diagnostics:
+            add_diagnostics(self)
 
     # ------------------------------------------------------------------ set-up
 
