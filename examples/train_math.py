@@ -39,6 +39,7 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
+from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plotting import plot_training_curves, save_log_history
 
 logger = logging.getLogger("train_math")
@@ -242,6 +243,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
         )
     except ImportError:
         logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png")
+    summary["diagnoses"] = [d.to_dict() for d in fired_diagnoses(trainer)]
     with open(os.path.join(out, "eval_summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=float)
     print(format_summary(trainer, summary))
@@ -273,6 +275,9 @@ def format_summary(trainer: DAPOTrainer, summary: dict) -> str:
     ):
         if key in last and last[key] is not None:
             lines.append(f"{key:<36}{last[key]:.4g}   (last logged)")
+    diagnoses = fired_diagnoses(trainer)
+    lines.append(f"diagnoses fired             {len(diagnoses)}")
+    lines.extend(f"  step {d.step:<6} {d.name}: {d.symptom}" for d in diagnoses)
     lines.append(f"outputs                     {trainer.args.output_dir}")
     lines.append("=" * 72)
     return "\n".join(lines)

@@ -109,3 +109,24 @@ def test_cpu_demo_learns(tmp_path):
     entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     informative = [e["dynamic_sampling/informative_frac"] for e in entries if "dynamic_sampling/informative_frac" in e]
     assert len(informative) >= 10 and all(0 < f < 1 for f in informative)  # dynamic sampling had work to do
+
+
+def test_summary_lists_the_diagnoses_that_fired():
+    from types import SimpleNamespace
+
+    from dapo_trl.diagnostics import Diagnosis, DiagnosticsCallback
+
+    callback = DiagnosticsCallback()
+    callback.diagnoses["entropy_collapse"] = Diagnosis("entropy_collapse", 29, "token entropy fell 0.7 -> 0.3", "")
+    trainer = SimpleNamespace(
+        state=SimpleNamespace(log_history=[{"step": 29, "entropy": 0.3, "diagnostics/entropy_collapse": 1.0}]),
+        callback_handler=SimpleNamespace(callbacks=[callback]),
+        args=SimpleNamespace(output_dir="out"),
+    )
+    text = train_math.format_summary(trainer, {"task": "t", "optimizer_steps": 30})
+    assert "diagnoses fired             1" in text
+    assert "step 29     entropy_collapse: token entropy fell 0.7 -> 0.3" in text
+    trainer.callback_handler.callbacks = []  # without the callback, the flags in the log history still tell
+    assert "step 29     entropy_collapse" in train_math.format_summary(trainer, {"task": "t", "optimizer_steps": 30})
+    trainer.state.log_history = [{"step": 1, "entropy": 0.3}]
+    assert "diagnoses fired             0" in train_math.format_summary(trainer, {"task": "t", "optimizer_steps": 30})
