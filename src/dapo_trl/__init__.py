@@ -11,6 +11,8 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`clipped_surrogate`], [`token_level_mean`], [`sequence_level_mean`], [`dapo_loss`]: the objective as pure functions.
 - [`DiagnosticsCallback`], [`add_diagnostics`], [`diagnose`], [`DiagnosticThresholds`], [`Diagnosis`]: live diagnosis
   of GRPO's failure modes from the logged metrics.
+- [`MultipleChoiceReward`], [`extract_choice`], [`load_choice_dataset`]: multiple-choice questions (a domain beyond
+  math), composable with TRL's `think_format_reward`.
 
 Names are imported lazily so that `import dapo_trl.math_answer` does not pay for importing TRL.
 """
@@ -50,6 +52,9 @@ _EXPORTS = {
     "Diagnosis": "diagnostics",
     "add_diagnostics": "diagnostics",
     "diagnose": "diagnostics",
+    "MultipleChoiceReward": "choice",
+    "extract_choice": "choice",
+    "load_choice_dataset": "choice",
 }
 
 __all__ = [
@@ -79,6 +84,9 @@ __all__ = [
     "Diagnosis",
     "add_diagnostics",
     "diagnose",
+    "MultipleChoiceReward",
+    "extract_choice",
+    "load_choice_dataset",
 ]
 
 
@@ -95,6 +103,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:
+    from .choice import MultipleChoiceReward, extract_choice, load_choice_dataset
     from .dapo_config import DAPOConfig
     from .dapo_trainer import DAPOTrainer
     from .diagnostics import Diagnosis, DiagnosticsCallback, DiagnosticThresholds, add_diagnostics, diagnose
