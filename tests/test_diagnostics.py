@@ -429,3 +429,24 @@ def test_diagnostics_false_registers_no_callback(tmp_path):
         processing_class=tokenizer,
     )
     assert not any(isinstance(c, DiagnosticsCallback) for c in trainer.callback_handler.callbacks)
+
+
+# ---------------------------------------------------------------------------------------------- the setting
+
+
+def test_the_setting_is_validated_and_reachable_from_yaml_and_the_command_line(tmp_path):
+    from trl import TrlParser
+
+    from dapo_trl import DAPOConfig
+
+    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    assert DAPOConfig(**base).diagnostics is True
+    with pytest.raises(ValueError, match="diagnostics must be true or false"):
+        DAPOConfig(**base, diagnostics="no")
+    parser = TrlParser((DAPOConfig,))
+    (args,) = parser.parse_args_and_config(["--output_dir", str(tmp_path), "--use_cpu", "--diagnostics", "false"])
+    assert args.diagnostics is False
+    config = tmp_path / "run.yaml"
+    config.write_text(f"output_dir: {tmp_path}\nuse_cpu: true\nbf16: false\ndiagnostics: false\n")
+    (args,) = parser.parse_args_and_config(["--config", str(config)])
+    assert args.diagnostics is False

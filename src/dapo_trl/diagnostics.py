@@ -187,20 +187,18 @@ def metric_series(history: History, key: str) -> tuple[list[int], list[float]]:
     return [s for s, _ in pairs], [v for _, v in pairs]
 
 
-def _recent(history: History, key: str, *, count: int | None = None, since: int | None = None) -> list[float]:
+def _recent(history: History, key: str, *, since: int) -> list[float]:
     """
-    The last `count` values of a metric, or those logged at step `since` or later, oldest first. Scans from the end
-    (log histories are in step order), so a detector's cost does not grow with the length of the run.
+    Values of a metric logged at step `since` or later, oldest first. Scans from the end (log histories are in step
+    order), so a detector's cost does not grow with the length of the run.
     """
     values = []
     for entry in reversed(history):
-        if since is not None and entry.get("step", since) < since:
+        if entry.get("step", since) < since:
             break
         value = _number(entry, key)
         if value is not None:
             values.append(value)
-            if count is not None and len(values) == count:
-                break
     return values[::-1]
 
 
@@ -310,8 +308,8 @@ def detect_vanishing_signal(history: History, t: DiagnosticThresholds, settings:
             f"{means.get('underfilled', 0.0):.0%} of batches underfilled)"
         )
         advice = _data_advice(means)
-        if underfilled or costly:
-            advice += f"; or raise {_setting(settings, 'dynamic_sampling_max_rounds')}"
+        if underfilled:
+            advice += f"; or raise {_setting(settings, 'dynamic_sampling_max_rounds')} to fill the batches"
         return Diagnosis("vanishing_signal", steps[-1], symptom, advice, means)
 
     steps, zero_std = _window(history, "frac_reward_zero_std", t)
