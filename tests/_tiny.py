@@ -79,9 +79,10 @@ class Recorder(DAPOTrainer):
         self.recorded: list[dict] = []
 
     def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)  # first: the loss may fill in on-policy old log-probabilities
         if self.model.training:
             self.recorded.append({k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
-        return super()._compute_loss(model, inputs)
+        return loss
 
 
 class GradientCapture(TrainerCallback):

@@ -102,3 +102,14 @@ def test_quick_run_writes_table_and_png(tmp_path):
     png = tmp_path / "ablation_quick.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
+
+
+def test_skipping_variant_is_full_dapo_with_prompt_skipping():
+    from dapo_trl import DAPOConfig
+
+    ablation = load_ablation()
+    row = ablation.skipping_variant()
+    assert row.name == ablation.SKIPPING and row.overrides == {"dynamic_sampling_skip": True}
+    assert row.name not in [v.name for v in ablation.variants()]  # added to the table once the trainer reads it
+    args = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False, **row.overrides)
+    assert args.dynamic_sampling and args.dynamic_sampling_skip

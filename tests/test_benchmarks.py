@@ -30,7 +30,7 @@ def dynamic_sampling_quick():
 
 def test_dynamic_sampling_quick_prints_every_row(dynamic_sampling_quick, capsys):
     ds, _ = dynamic_sampling_quick
-    ds.main(["--quick", "--steps", "5"])
+    ds.main(["--quick", "--steps", "5", "--section", "rounds"])
     out = capsys.readouterr().out
     assert "| population | p (start) | strategy | gen/trained | x floor (1/p) | rounds/step |" in out
     for pop in ds.POPULATIONS:
@@ -45,6 +45,7 @@ def test_dynamic_sampling_quick_prints_every_row(dynamic_sampling_quick, capsys)
 
 def test_carry_over_reaches_the_floor_in_few_rounds(dynamic_sampling_quick):
     ds, results = dynamic_sampling_quick
+    results = results["rounds"]
     for pop in ds.POPULATIONS:
         carry = results[pop.name, "adaptive+carry"]
         deficit = results[pop.name, "deficit"]
@@ -60,6 +61,47 @@ def test_carry_over_reaches_the_floor_in_few_rounds(dynamic_sampling_quick):
     # Where one round of the default cap (4x the target) can hold the batch, one round usually suffices.
     for pop in ds.POPULATIONS[1:]:
         assert results[pop.name, "adaptive+carry"].mean_rounds <= ds.TARGET_ROUNDS, pop.name
+
+
+def test_skipping_section_prints_every_row(dynamic_sampling_quick):
+    ds, results = dynamic_sampling_quick
+    assert set(results["skip"]) == {(pop.name, v.name) for pop in ds.POPULATIONS for v in ds.SKIP_VARIANTS}
+    table = ds.format_skip_results(results["skip"], dict.fromkeys((p.name for p in ds.POPULATIONS), (0.5, 0.5)))
+    for pop in ds.POPULATIONS:
+        for variant in ds.SKIP_VARIANTS:
+            assert sum(
+                line.startswith(f"| {pop.name} |") and f"| {variant.name} |" in line for line in table.splitlines()
+            )
+    assert "meets targets" in ds.format_skip_targets(results["skip"])
+
+
+def test_skipping_cuts_generation_where_most_groups_are_zero_variance(dynamic_sampling_quick):
+    ds, results = dynamic_sampling_quick
+    results = results["skip"]
+    for pop in ds.SKIP_TARGET_POPULATIONS:
+        for skip, baseline in (("adaptive+skip", "adaptive"), ("adaptive+carry+skip", "adaptive+carry")):
+            r, b = results[pop, skip], results[pop, baseline]
+            assert b.skipped == 0 and r.skipped > 0, (pop, skip)
+            assert r.gen_per_trained < 0.75 * b.gen_per_trained, (pop, skip)
+            assert r.later_floor_ratio < 0.6, (pop, skip)  # once a history exists (after the first epoch)
+            assert r.mean_rounds <= ds.TARGET_ROUNDS and r.underfilled == 0, (pop, skip)
+            assert r.redrawn > 0 and 0 < r.missed_share, (pop, skip)  # exploration happens, and misses are counted
+    assert results["mostly unsolved", "adaptive+carry+skip"].floor_ratio <= ds.TARGET_SKIP_FLOOR_RATIO
+    # Where generated groups already beat the policy's target, it (almost) never skips.
+    uniform = results["uniform", "adaptive+carry+skip"]
+    assert uniform.skipped < 0.02 * uniform.generated
+    assert uniform.gen_per_trained == pytest.approx(results["uniform", "adaptive+carry"].gen_per_trained, rel=0.02)
+
+
+def test_simulated_dynamics_keep_solved_prompts_solved():
+    ds = load_benchmark("dynamic_sampling")
+    pop = ds.POPULATIONS[1]
+    rates = ds.sample_pass_rates(pop, num_prompts=2000, seed=0)
+    speed = ds.sample_learnability(2000, seed=0)
+    before, after = rates, ds.drifted(torch.logit(rates), 2.0, 1.0, speed)
+    assert (after >= before).all()  # nothing is unlearned
+    assert speed.mean().item() == pytest.approx(1.0, abs=0.1)
+    assert ((before < 0.05) & (after > 0.2)).sum() > 0  # some unsolved prompts become solvable
 
 
 def test_informative_rate_formula_matches_monte_carlo():

@@ -39,8 +39,7 @@ def test_paper_defaults():
         (dict(dynamic_sampling_on_exhausted="ignore"), "on_exhausted"),
         (dict(dynamic_sampling_round_sizing="greedy"), "round_sizing"),
         (dict(dynamic_sampling_tolerance=-1), "tolerance"),
-        (dict(scale_rewards="batch"), "scale_rewards"),
-        (dict(multi_objective_aggregation="normalize_then_sum"), "normalize_then_sum"),
+        (dict(dynamic_sampling_carry_over=True, use_liger_kernel=True), "use_liger_kernel"),
         (
             dict(per_device_train_batch_size=16, gradient_accumulation_steps=4, steps_per_generation=2),
             "multiple of gradient_accumulation_steps",
@@ -52,8 +51,12 @@ def test_nonsense_is_rejected_with_a_message(kwargs, match):
         make(**kwargs)
 
 
-def test_batch_scale_allowed_without_dynamic_sampling():
-    assert make(scale_rewards="batch", dynamic_sampling=False).scale_rewards == "batch"
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_every_advantage_option_is_accepted_with_dynamic_sampling_and_shaping(scale_rewards, aggregation):
+    cfg = make(scale_rewards=scale_rewards, multi_objective_aggregation=aggregation)
+    assert cfg.dynamic_sampling and cfg.overlong_shaping
+    assert (cfg.scale_rewards, cfg.multi_objective_aggregation) == (scale_rewards, aggregation)
 
 
 def test_every_new_knob_loads_from_yaml(tmp_path):

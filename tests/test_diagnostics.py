@@ -441,7 +441,7 @@ def test_the_setting_is_validated_and_reachable_from_yaml_and_the_command_line(t
 
     base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
     assert DAPOConfig(**base).diagnostics is True
-    with pytest.raises(ValueError, match="diagnostics must be true or false"):
+    with pytest.raises(TypeError, match="diagnostics must be a bool"):
         DAPOConfig(**base, diagnostics="no")
     parser = TrlParser((DAPOConfig,))
     (args,) = parser.parse_args_and_config(["--output_dir", str(tmp_path), "--use_cpu", "--diagnostics", "false"])

@@ -74,7 +74,16 @@ def test_two_processes_balanced_exact_and_filtered(tmp_path, mode):
         )
         for name, grad in step0["grads"].items():
             torch.testing.assert_close(grad, expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    # every forward outside generation runs on every rank, equally often, with the same number of rows (ZeRO-3/FSDP)
+    assert len(ranks[0]["forwards"]) == len(ranks[1]["forwards"]) > 0
+    assert [f[0] for f in ranks[0]["forwards"]] == [f[0] for f in ranks[1]["forwards"]]
     history = ranks[0]["history"]
     assert all(h.get("dynamic_sampling/underfilled", 0) == 0 for h in history)
     if mode == "carry":
         assert any(h.get("dynamic_sampling/groups_carried", 0) > 0 for h in history)
+        skip0, skip1 = ranks[0]["skip"], ranks[1]["skip"]
+        assert int(skip0["history"]["groups"].sum()) > 0
+        for name in ("looks", "skipped", "counts", "totals"):
+            assert torch.equal(skip0[name], skip1[name]), name
+        for name in skip0["history"]:
+            assert torch.equal(torch.as_tensor(skip0["history"][name]), torch.as_tensor(skip1["history"][name])), name

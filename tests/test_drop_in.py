@@ -252,3 +252,72 @@ def test_realistic_grpo_yaml_loads_into_dapo_config_unchanged(tmp_path):
     assert script == grpo[0] and model_config == grpo[2]
     # and the DAPO-only settings take their defaults
     assert config.dynamic_sampling and config.overlong_shaping and config.overlong_buffer_len == 2048 // 5
+
+
+# A user's GRPO training script, as TRL's docs write them. Only its first import line is swapped.
+USER_SCRIPT = """\
+{import_line}
+from datasets import Dataset
+from _tiny import tiny_model_and_tokenizer
+
+rows = {{"prompt": [f"q{{i}}?\\n" for i in range(48)], "kind": ["easy", "hard", "mixed"] * 16}}
+train_dataset = Dataset.from_dict(rows).to_iterable_dataset(num_shards=2)  # streamed, as load_dataset(streaming=True)
+
+
+def accuracy(completions, kind, **kwargs):
+    return [1.0 if k == "easy" else -1.0 if k == "hard" else float(i % 2) for i, k in enumerate(kind)]
+
+
+def brevity(completions, **kwargs):
+    return [-0.01 * len(c) for c in completions]
+
+
+model, tokenizer = tiny_model_and_tokenizer()
+training_args = GRPOConfig(
+    output_dir=OUTPUT_DIR,
+    use_cpu=True,
+    bf16=False,
+    activation_checkpointing=False,
+    report_to="none",
+    max_steps=3,
+    num_generations=4,
+    per_device_train_batch_size=8,
+    max_completion_length=8,
+    learning_rate=1e-3,
+    scale_rewards="batch",
+    multi_objective_aggregation="normalize_then_sum",
+    reward_weights=[1.0, 0.5],
+    logging_steps=1,
+    disable_tqdm=True,
+)
+trainer = GRPOTrainer(
+    model=model,
+    reward_funcs=[accuracy, brevity],
+    args=training_args,
+    train_dataset=train_dataset,
+    processing_class=tokenizer,
+)
+trainer.train()
+"""
+
+
+@pytest.mark.parametrize(
+    "import_line",
+    [
+        "from trl import GRPOConfig, GRPOTrainer",
+        "from dapo_trl import DAPOConfig as GRPOConfig, DAPOTrainer as GRPOTrainer",
+    ],
+    ids=["GRPOTrainer", "DAPOTrainer"],
+)
+def test_a_user_script_with_only_the_import_swapped(tmp_path, import_line):
+    namespace = {"OUTPUT_DIR": str(tmp_path), "__name__": "user_script"}
+    exec(compile(USER_SCRIPT.format(import_line=import_line), "user_script.py", "exec"), namespace)
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 3
+    assert trainer.reward_func_names == ["accuracy", "brevity"]
+    logged = set().union(*[h.keys() for h in trainer.state.log_history])
+    assert {"rewards/accuracy/mean", "rewards/brevity/mean", "reward", "loss"} <= logged
+    if "dapo_trl" in import_line:
+        assert isinstance(trainer, DAPOTrainer)
+        groups = [h["dynamic_sampling/groups_trained"] for h in trainer.state.log_history if "loss" in h]
+        assert groups == [trainer._ds_target] * 3  # every batch full of informative groups, from the stream

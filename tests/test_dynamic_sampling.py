@@ -3,6 +3,7 @@
 import logging
 
 import pytest
+import torch
 from _tiny import KINDS, Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 
 from dapo_trl.loss import trl_num_items_for_exact_normalizer, window_token_counts
@@ -89,7 +90,7 @@ def make_varying(tmp_path, **overrides):
 def test_filter_uses_correctness_not_the_shaped_sum(tmp_path):
     trainer = make_varying(tmp_path, max_steps=2)
     trainer.train()
-    assert min(logged(trainer, "rewards/overlong_penalty/std")) > 0
+    assert max(logged(trainer, "overlong/penalty_mean")) < 0  # the stand-in penalty acted
     for batch in trainer.recorded:
         assert set(prompt_kinds(trainer, batch)) == {"mixed"}
 
@@ -149,14 +150,46 @@ def test_carry_over_reuses_surplus_with_sampling_logprobs(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=4, dynamic_sampling_carry_over=True, dynamic_sampling_margin=4.0)
     trainer.train()
     assert sum(logged(trainer, "dynamic_sampling/groups_carried")) > 0
+    with_carried = [b for b in trainer.recorded if "dapo_on_policy" in b and not b["dapo_on_policy"].all()]
+    assert with_carried, "no trained batch held carried rows"
     for batch in trainer.recorded:
-        assert "old_per_token_logps" in batch
         assert set(prompt_kinds(trainer, batch)) == {"mixed"}
+    for batch in with_carried:
+        carried = ~batch["dapo_on_policy"]
+        assert batch["old_per_token_logps"][carried].abs().sum() > 0  # the sampling policy's log-probabilities
 
 
-def test_refused_iterable_dataset(tmp_path):
-    with pytest.raises(ValueError, match="map-style"):
-        make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset())
+def test_streamed_dataset_trains_the_groups_of_its_map_style_copy(tmp_path):
+    common = dict(max_steps=3, shuffle_dataset=False, dynamic_sampling_carry_over=True)
+    mapped = make_trainer(tmp_path / "map", **common)
+    mapped.train()
+    streamed = make_trainer(tmp_path / "stream", dataset=scripted_dataset().to_iterable_dataset(), **common)
+    streamed.train()
+    assert len(mapped.recorded) == len(streamed.recorded) > 0
+    for a, b in zip(mapped.recorded, streamed.recorded, strict=True):
+        assert torch.equal(a["prompt_ids"], b["prompt_ids"])
+        assert torch.equal(a["advantages"], b["advantages"])
+    for key in ("dynamic_sampling/prompts_consumed", "dynamic_sampling/groups_carried", "loss"):
+        assert logged(mapped, key) == pytest.approx(logged(streamed, key)), key
+
+
+def test_streamed_dataset_needs_max_steps(tmp_path):
+    with pytest.raises(ValueError, match="max_steps"):
+        make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset(), max_steps=-1)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_resume_mid_stream_reproduces_the_uninterrupted_run(tmp_path, shuffle):
+    common = dict(max_steps=6, save_strategy="steps", save_steps=3, shuffle_dataset=shuffle)
+    stream = lambda: scripted_dataset(12).to_iterable_dataset(num_shards=2)  # noqa: E731  (12 prompts: epochs wrap)
+    full = make_trainer(tmp_path / "full", dataset=stream(), **common)
+    full.train()
+    resumed = make_trainer(tmp_path / "resumed", dataset=stream(), **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    for key in ("loss", "reward", "dynamic_sampling/prompts_consumed"):
+        tail_full = [h.get(key) for h in full.state.log_history if h.get("step", 0) > 3 and "loss" in h]
+        tail_resumed = [h.get(key) for h in resumed.state.log_history if h.get("step", 0) > 3 and "loss" in h]
+        assert tail_full and tail_full == pytest.approx(tail_resumed), key
 
 
 def test_duplicated_prompts_warn(tmp_path, caplog):
@@ -185,3 +218,43 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         tail_full = [h.get(key) for h in full.state.log_history if h.get("step", 0) > 2 and "loss" in h]
         tail_resumed = [h.get(key) for h in resumed.state.log_history if h.get("step", 0) > 2 and "loss" in h]
         assert tail_full and tail_full == pytest.approx(tail_resumed), key
+
+
+def skip_run(tmp_path, **overrides):
+    # 12 prompts: each is drawn many times, so zero-variance histories build up and skipping acts.
+    common = dict(max_steps=12, dynamic_sampling_skip=True, dynamic_sampling_skip_target=1.0)
+    return make_trainer(tmp_path, dataset=scripted_dataset(12), **{**common, **overrides})
+
+
+def test_prompt_skipping_passes_over_zero_variance_prompts_and_raises_the_informative_rate(tmp_path):
+    trainer = skip_run(tmp_path)
+    trainer.train()
+    skipped = logged(trainer, "dynamic_sampling/prompts_skipped")
+    assert sum(skipped) > 0
+    informative = logged(trainer, "dynamic_sampling/informative_frac")
+    assert sum(informative[-4:]) / 4 > sum(informative[:2]) / 2  # easy/hard prompts are skipped once known
+    assert all(k == "mixed" for batch in trainer.recorded for k in prompt_kinds(trainer, batch))
+    baseline = make_trainer(tmp_path / "off", dataset=scripted_dataset(12), max_steps=12)
+    baseline.train()
+    assert sum(logged(trainer, "dynamic_sampling/groups_generated")) < sum(
+        logged(baseline, "dynamic_sampling/groups_generated")
+    )
+
+
+def test_prompt_skipping_resumes_exactly(tmp_path):
+    common = dict(save_strategy="steps", save_steps=6)
+    full = skip_run(tmp_path / "full", **common)
+    full.train()
+    resumed = skip_run(tmp_path / "resumed", **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-6"))
+    for key in ("loss", "dynamic_sampling/prompts_skipped", "dynamic_sampling/prompts_consumed"):
+        tail_full = [h.get(key) for h in full.state.log_history if h.get("step", 0) > 6 and "loss" in h]
+        tail_resumed = [h.get(key) for h in resumed.state.log_history if h.get("step", 0) > 6 and "loss" in h]
+        assert tail_full and tail_full == pytest.approx(tail_resumed), key
+    for name, array in full._skip_policy.state_dict()["history"].items():
+        assert torch.equal(torch.as_tensor(array), torch.as_tensor(resumed._skip_policy.state_dict()["history"][name]))
+
+
+def test_prompt_skipping_refuses_streamed_datasets(tmp_path):
+    with pytest.raises(ValueError, match="streamed training set"):
+        make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset(), dynamic_sampling_skip=True)

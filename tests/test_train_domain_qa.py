@@ -40,24 +40,34 @@ def test_the_answer_reward_comes_first():
 def test_demo_trains_end_to_end_and_filters_on_the_answer_reward(tmp_path, monkeypatch):
     """
     A few steps of the CPU demo after a 40-step warm-up (enough for mixed correctness and format, ~15-30 s). Every
-    generation round is recorded through the `on_groups_scored` extension point: the values dynamic sampling filtered
-    on must be the multiple-choice rewards (-1/1), never the format rewards (0/1), and a group is kept exactly when its
+    generation round is recorded through two extension points, `filter_values` (called with the round's rewards of
+    every function just before the round is judged) and `on_groups_scored`: the values dynamic sampling filtered on
+    must be the multiple-choice rewards (-1/1), never the format rewards (0/1), and a group is kept exactly when its
     answers differ in correctness, whatever their format.
     """
-    rounds = []
+    rounds, last_filtered = [], {}
+    filter_values = DAPOTrainer.filter_values
+
+    def spy_filter(self, rewards_per_func):
+        values = filter_values(self, rewards_per_func)
+        last_filtered.update(rewards=rewards_per_func.clone(), values=values.clone())
+        return values
 
     def record(self, prompt_indices, values, informative, classification):
-        per_func = self._last_rewards_per_func.view(*values.shape, -1)  # (groups, G, F)
+        G = values.size(1)
+        assert torch.equal(last_filtered["values"].view(-1, G), values)  # the call just before judged this round
         names = self.reward_func_names
+        rewards = last_filtered["rewards"].view(-1, G, len(names))  # (groups, G, F)
         rounds.append(
             {
                 "values": values.clone(),
                 "informative": informative.clone(),
-                "answer": per_func[..., names.index("multiple_choice")].clone(),
-                "format": per_func[..., names.index("think_format_reward")].clone(),
+                "answer": rewards[..., names.index("multiple_choice")],
+                "format": rewards[..., names.index("think_format_reward")],
             }
         )
 
+    monkeypatch.setattr(DAPOTrainer, "filter_values", spy_filter)
     monkeypatch.setattr(DAPOTrainer, "on_groups_scored", record)
     out = tmp_path / "run"
     summary = train_domain_qa.main(

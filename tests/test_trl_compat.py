@@ -25,6 +25,8 @@ OVERRIDDEN = {
     "_compute_loss": ["self", "model", "inputs"],
     "_save_checkpoint": ["self", "model", "trial"],
     "_load_optimizer_and_scheduler": ["self", "checkpoint"],
+    "get_train_dataloader": ["self"],
+    "_tokenize_prompts": ["self", "prompts"],
 }
 
 
@@ -44,6 +46,23 @@ def test_trl_loss_normaliser_formula_is_the_one_inverted():
         source
     )
     assert GRPOTrainer.loss_is_scaled_for_ga is True  # the Trainer must not divide by GA again
+
+
+def test_trl_reads_old_logprobs_after_the_loss_forward():
+    """Fresh rows next to carried ones get their old log-probabilities from the loss forward itself: TRL must read
+    `inputs["old_per_token_logps"]` after that forward, and take the aligned case's `per_token_logps.detach()`."""
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    forward = source.index("self._get_per_token_logps_and_entropies(")
+    read = source.index('old_per_token_logps = inputs.get("old_per_token_logps")')
+    assert forward < read
+    assert "per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps" in source
+
+
+def test_trl_unscorable_rule_is_the_one_mirrored():
+    """`compute_advantages` mirrors TRL's rule for rows every reward left unscored."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)" in source
+    assert "advantages = torch.nan_to_num(advantages, nan=0.0)" in source
 
 
 def test_constructor_is_a_drop_in_replacement():
@@ -68,6 +87,14 @@ def test_trl_attributes_used_by_the_glue_exist():
         "self.num_iterations",
         "self.loss_type",
         "self.epsilon_high",
+        "self.epsilon_low",
+        "self._logs",
+        "self.log_completions",
+        "self.scale_rewards",
+        "self.multi_objective_aggregation",
+        "self.num_generations_eval",
+        "self.importance_sampling_level",
+        "self.vllm_importance_sampling_correction",
     ]:
         assert attribute in source or attribute in inspect.getsource(GRPOTrainer), attribute
 

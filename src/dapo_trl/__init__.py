@@ -8,6 +8,7 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`OverlongPenalty`], [`soft_overlong_penalty`], [`is_truncated`]: overlong reward shaping (Eq. 13).
 - [`classify_groups`], [`RoundPlanner`], [`plan_selection`], [`PromptStream`], [`SelectionPlan`]: dynamic sampling
   decisions, for subclasses that override the trainer's extension points.
+- [`SkipPolicy`], [`PromptHistory`]: pre-rollout skipping of prompts whose recent groups were all zero-variance.
 - [`clipped_surrogate`], [`token_level_mean`], [`sequence_level_mean`], [`dapo_loss`]: the objective as pure functions.
 - [`DiagnosticsCallback`], [`add_diagnostics`], [`diagnose`], [`DiagnosticThresholds`], [`Diagnosis`]: live diagnosis
   of GRPO's failure modes from the logged metrics.
@@ -43,6 +44,8 @@ _EXPORTS = {
     "plan_selection": "sampling",
     "SelectionPlan": "sampling",
     "PromptStream": "sampling",
+    "SkipPolicy": "prompt_history",
+    "PromptHistory": "prompt_history",
     "clipped_surrogate": "loss",
     "token_level_mean": "loss",
     "sequence_level_mean": "loss",
@@ -63,9 +66,11 @@ __all__ = [
     "GroupClassification",
     "MathVerifierReward",
     "OverlongPenalty",
+    "PromptHistory",
     "PromptStream",
     "RoundPlanner",
     "SelectionPlan",
+    "SkipPolicy",
     "__version__",
     "classify_groups",
     "clipped_surrogate",
@@ -110,6 +115,7 @@ if TYPE_CHECKING:
     from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
     from .math_answer import extract_answer, score_completion, verify, verify_batch
     from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
+    from .prompt_history import PromptHistory, SkipPolicy
     from .rewards import MathVerifierReward
     from .sampling import (
         GroupClassification,

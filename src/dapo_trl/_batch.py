@@ -22,9 +22,13 @@ PER_TOKEN_KEYS: dict[str, tuple[str, float | None]] = {
     "sampling_per_token_logps": ("right", 0.0),
     "importance_sampling_ratio": ("right", 1.0),  # (B, T) token-level or (B, 1) sequence-level
     "tool_mask": ("right", 1),
+    "_carry_logps": ("right", 0.0),  # sampling-policy log-probabilities kept for rows that may be carried over
 }
+# Rows whose `old_per_token_logps` the trainer fills from the loss forward itself (fresh rows of TRL's aligned case
+# trained next to carried rows): their ratio stays exactly 1, as in GRPOTrainer.
+ON_POLICY_KEY = "dapo_on_policy"
 # One value per row, shape (B,). Keys starting with "_" are private bookkeeping added by the trainer.
-PER_ROW_KEYS = {"advantages"}
+PER_ROW_KEYS = {"advantages", ON_POLICY_KEY}
 # Recomputed by the trainer after rows are selected.
 DERIVED_KEYS = {"num_items_in_batch"}
 

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ._validate import check_settings
 from .sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
+TRUNCATION_SIDES = ("left", "right", "error")
 
 
 @dataclass
@@ -74,6 +76,34 @@ class DAPOConfig(GRPOConfig):
             Carry informative groups left over once the batch is full into the next generation batch instead of
             discarding them. Carried groups are one policy version stale and their importance ratio uses the
             log-probabilities of the policy that sampled them (computed when they are carried).
+
+        > Prompt length (TRL 1.16 has no prompt limit: string prompts are tokenised whole)
+
+        max_prompt_length (`int`, *optional*):
+            Longest prompt, in tokens (after the chat template); a longer prompt is cut on `prompt_truncation_side`
+            before generation, and `prompts/truncated_ratio` logs how often. `None` (default) sets no limit, and a
+            training prompt longer than the model's context (`max_position_embeddings`) is refused when the trainer
+            is built, naming its row. verl's DAPO recipe uses 2,048.
+        prompt_truncation_side (`str`, *optional*, defaults to `"left"`):
+            `"left"` keeps the end of the prompt (the question and the answer format usually come last; verl's
+            choice), `"right"` keeps its start, `"error"` refuses a prompt longer than `max_prompt_length`.
+
+        > Pre-rollout prompt skipping (dynamic sampling)
+
+        dynamic_sampling_skip (`bool`, *optional*, defaults to `False`):
+            Before generating, pass over prompts whose recent groups were all zero-variance (all-correct, or
+            all-wrong), with a probability explored and adapted online ([`SkipPolicy`]): each such history class is
+            skipped when it is measured to be less informative than the groups generated, never beyond
+            `dynamic_sampling_skip_max_prob`. Saves generation from the second epoch on; off by default, like the
+            paper's recipe. Needs `dynamic_sampling=True`.
+        dynamic_sampling_skip_target (`float`, *optional*, defaults to `0.75`):
+            Informative rate of the generated groups that skipping steers towards, in `(0, 1]`: while the generated
+            groups are less informative, skipping tightens (as far as the measured rates justify); above it, it
+            relaxes. `1.0` always skips as far as the measured rates justify.
+        dynamic_sampling_skip_max_prob (`float`, *optional*, defaults to `0.95`):
+            Highest probability of skipping a prompt, in `[0, 1)`: a skipped prompt keeps at least
+            `1 - dynamic_sampling_skip_max_prob` chance to be generated each time the stream reaches it, so prompts
+            that become learnable are found again. `0.0` never skips.
 
         > Diagnostics
 
@@ -162,6 +192,37 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Carry surplus informative groups into the next generation batch instead of discarding."},
     )
 
+    # Prompt length
+    max_prompt_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Longest prompt, in tokens; longer prompts are cut on prompt_truncation_side. None: no limit "
+            "(prompts longer than the model's context are refused when the trainer is built)."
+        },
+    )
+    prompt_truncation_side: str = field(
+        default="left",
+        metadata={
+            "help": "Where prompts longer than max_prompt_length are cut: 'left' keeps their end (verl's choice), "
+            "'right' keeps their start, 'error' refuses them.",
+            "choices": TRUNCATION_SIDES,
+        },
+    )
+
+    # Pre-rollout prompt skipping
+    dynamic_sampling_skip: bool = field(
+        default=False,
+        metadata={"help": "Skip, before generation, prompts whose recent groups were all zero-variance (explored)."},
+    )
+    dynamic_sampling_skip_target: float = field(
+        default=0.75,
+        metadata={"help": "Informative rate of generated groups that skipping steers towards, in (0, 1]."},
+    )
+    dynamic_sampling_skip_max_prob: float = field(
+        default=0.95,
+        metadata={"help": "Highest skip probability, in [0, 1): a skipped prompt keeps a chance to be drawn again."},
+    )
+
     # Diagnostics
     diagnostics: bool = field(
         default=True,
@@ -169,12 +230,14 @@ class DAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        check_settings(self)
         super().__post_init__()
         self._check_clipping()
         self._check_overlong()
         self._check_dynamic_sampling()
         self._check_token_normalizer()
-        self._check_diagnostics()
+        self._check_prompt_length()
+        self._check_dynamic_sampling_skip()
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -205,12 +268,6 @@ class DAPOConfig(GRPOConfig):
                 f"overlong_penalty_factor ({self.overlong_penalty_factor}) must be non-negative: it is the size of the "
                 "penalty subtracted from overlong completions."
             )
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            raise ValueError(
-                "overlong_shaping adds the length penalty to the correctness reward before advantages (DAPO Eq. 13), "
-                "but multi_objective_aggregation='normalize_then_sum' normalises each reward on its own. Use "
-                "'sum_then_normalize' or set overlong_shaping=False."
-            )
 
     def _check_dynamic_sampling(self) -> None:
         if self.dynamic_sampling_on_exhausted not in EXHAUSTED_POLICIES:
@@ -232,18 +289,11 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(f"dynamic_sampling_margin must be >= 0, got {self.dynamic_sampling_margin}.")
         if self.dynamic_sampling_max_round_prompts is not None and self.dynamic_sampling_max_round_prompts < 1:
             raise ValueError("dynamic_sampling_max_round_prompts must be a positive integer or None.")
-        if not self.dynamic_sampling:
-            return
-        if self.scale_rewards == "batch":
+        if self.dynamic_sampling and self.dynamic_sampling_carry_over and self.use_liger_kernel:
             raise ValueError(
-                "scale_rewards='batch' normalises advantages over each generation round, not over the filtered batch "
-                "that dynamic sampling trains on. Use scale_rewards='group' (the paper's Eq. 9) or 'none', or set "
-                "dynamic_sampling=False."
-            )
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            raise ValueError(
-                "multi_objective_aggregation='normalize_then_sum' normalises over each generation round, not over the "
-                "filtered batch. Use 'sum_then_normalize' or set dynamic_sampling=False."
+                "dynamic_sampling_carry_over needs the trainer's own loss forward (carried rows are trained against the "
+                "log-probabilities of the policy that sampled them, fresh rows against the current ones), which the "
+                "Liger fused loss bypasses. Set use_liger_kernel=False or dynamic_sampling_carry_over=False."
             )
 
     def _check_token_normalizer(self) -> None:
@@ -259,6 +309,31 @@ class DAPOConfig(GRPOConfig):
                 "rollout: steps_per_generation = 16 * gradient_accumulation_steps)."
             )
 
-    def _check_diagnostics(self) -> None:
-        if not isinstance(self.diagnostics, bool):
-            raise ValueError(f"diagnostics must be true or false, got {self.diagnostics!r}.")
+    def _check_prompt_length(self) -> None:
+        if self.prompt_truncation_side not in TRUNCATION_SIDES:
+            raise ValueError(
+                f"prompt_truncation_side must be one of {TRUNCATION_SIDES}, got {self.prompt_truncation_side!r}."
+            )
+        if self.max_prompt_length is not None and (
+            isinstance(self.max_prompt_length, bool) or not isinstance(self.max_prompt_length, int)
+        ):
+            raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length!r}.")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise ValueError(f"max_prompt_length must be a positive integer or None, got {self.max_prompt_length}.")
+
+    def _check_dynamic_sampling_skip(self) -> None:
+        if not 0.0 < self.dynamic_sampling_skip_target <= 1.0:
+            raise ValueError(
+                f"dynamic_sampling_skip_target must be in (0, 1], got {self.dynamic_sampling_skip_target}: it is the "
+                "informative rate of the generated groups that prompt skipping steers towards."
+            )
+        if not 0.0 <= self.dynamic_sampling_skip_max_prob < 1.0:
+            raise ValueError(
+                f"dynamic_sampling_skip_max_prob must be in [0, 1), got {self.dynamic_sampling_skip_max_prob}: below 1 "
+                "so that a skipped prompt can still be drawn again when it becomes learnable."
+            )
+        if self.dynamic_sampling_skip and not self.dynamic_sampling:
+            raise ValueError(
+                "dynamic_sampling_skip=True passes over prompts drawn by dynamic sampling's prompt stream, but "
+                "dynamic_sampling=False. Set dynamic_sampling=True, or dynamic_sampling_skip=False."
+            )

@@ -1,16 +1,18 @@
 """[`DAPOTrainer`]: TRL's `GRPOTrainer` with the DAPO recipe (arXiv 2503.14476).
 
-Glue only. Every decision lives in a pure module (`loss`, `overlong`, `sampling`, `_batch`); this class connects them
-to TRL at a few documented override points and never copies a TRL private method:
+Glue only. Every decision lives in a pure module (`advantages`, `loss`, `overlong`, `sampling`, `metrics`,
+`reward_checks`, `_batch`); this class connects them to TRL at a few documented override points and never copies a
+TRL private method:
 
 | override                                | why                                                                        |
 |-----------------------------------------|----------------------------------------------------------------------------|
-| `_calculate_rewards`                    | keep the gathered per-function rewards (dynamic sampling filters on them)  |
-| `_generate_and_score_completions`       | run generation rounds until the batch holds only informative groups        |
+| `_calculate_rewards`                    | check each reward's output, keep the gathered rewards, add the overlong penalty |
+| `_generate_and_score_completions`       | run generation rounds until the batch holds only informative groups; advantages with the penalty |
+| `get_train_dataloader`                  | with dynamic sampling, the dataloader only paces the steps                 |
 | `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count     |
-| `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities for the paper's monitors         |
+| `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio)  |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
-| `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state                            |
+| `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state and a half-used generation batch |
 
 `tests/test_trl_compat.py` pins the signatures of these TRL methods, so a TRL release that changes one fails loudly.
 """
@@ -22,26 +24,38 @@ import logging
 import math
 import os
 import textwrap
-from collections import Counter
-from typing import Any
 
 import torch
 from datasets import IterableDataset
+from torch import nn
 from trl import GRPOConfig, GRPOTrainer
 
 from . import _batch
+from ._dataset_checks import (
+    PacingDataset,
+    check_prompt_lengths,
+    check_train_dataset,
+    truncate_prompt_ids,
+    warn_duplicates,
+)
+from ._dynamic_sampling import DynamicSamplingMixin
+from .advantages import compute_advantages
 from .dapo_config import DAPOConfig
 from .diagnostics import add_diagnostics
-from .loss import trl_num_items_for_exact_normalizer, window_token_counts
-from .overlong import OverlongPenalty
-from .sampling import GroupClassification, PromptStream, RoundPlanner, SelectionPlan, classify_groups, plan_selection
+from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_normalizer, window_token_counts
+from .overlong import OverlongPenalty, is_truncated
+from .prompt_history import SkipPolicy
+from .prompt_source import DatasetPrompts, StreamPrompts
+from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
+from .sampling import GroupClassification, RoundPlanner, SelectionPlan, classify_groups, plan_selection
 
 logger = logging.getLogger(__name__)
 
 SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
+BUFFER_STATE_NAME = "dapo_generation_buffer_rank{rank}.pt"
 
 
-class DAPOTrainer(GRPOTrainer):
+class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     """
     Trainer for DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization.
 
@@ -51,11 +65,14 @@ class DAPOTrainer(GRPOTrainer):
     - **Dynamic sampling** (§3.2): prompt groups whose filter reward is constant are dropped and new prompts are
       generated until the generation batch holds `generation_batch_size // num_generations` informative groups.
       Rounds are sized from the informative rate seen so far, surplus groups can be carried to the next step, the
-      prompts come from a resumable shuffled stream over the training set, and every process runs the same rounds.
+      prompts come from a resumable shuffled stream over the training set (map-style or streamed), and every process
+      runs the same rounds.
     - **Exact token-level loss** (§3.3): TRL's `loss_type="dapo"` surrogate divided by the exact number of completion
       tokens of the optimizer step (all accumulation micro-batches, all processes).
-    - **Overlong reward shaping** (§3.4): the soft length penalty of Eq. 13, added to the correctness reward as an extra
-      reward column (`rewards/overlong_penalty/mean`).
+    - **Overlong reward shaping** (§3.4): the soft length penalty of Eq. 13, added to the aggregated reward of every
+      scorable completion before advantages are computed ([`~dapo_trl.advantages.compute_advantages`]), logged under
+      `overlong/*`. The reward lists (`reward_funcs`, `reward_func_names`, `reward_weights`,
+      `reward_processing_classes`) and the logged `reward` stay exactly what the user passed, as in GRPOTrainer.
     - The paper's monitors: `token_prob/mean`, `token_prob/high_clipped_mean`, response length split by correct and
       incorrect answers, `dynamic_sampling/*`, `overlong/*`.
 
@@ -106,6 +123,9 @@ class DAPOTrainer(GRPOTrainer):
             args = DAPOConfig(f"{str(name).split('/')[-1] or 'model'}-DAPO")
         elif not isinstance(args, DAPOConfig):
             args = _to_dapo_config(args)
+        if reward_funcs is not None:
+            check_reward_funcs(reward_funcs)
+        check_train_dataset(train_dataset, args, environment_factory is not None)
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -122,26 +142,22 @@ class DAPOTrainer(GRPOTrainer):
             rollout_func=rollout_func,
             environment_factory=environment_factory,
         )
-        self._user_reward_count = len(self.reward_funcs)
         self._last_rewards_per_func: torch.Tensor | None = None
+        self._last_penalty: torch.Tensor | None = None
+        self._last_lengths: torch.Tensor | None = None
         self._window_tokens: list[float] | None = None
         self._loss_logps: torch.Tensor | None = None
-        self._setup_overlong()
+        self._loss_inputs: dict | None = None
+        self._reward_warnings: set[tuple[str, str]] = set()
+        self._weight_syncs = 0
+        self._overlong = self.build_overlong_penalty()
         self._setup_dynamic_sampling()
+        self._count_weight_syncs()
+        self._check_prompt_lengths()
         if self.args.diagnostics:
             add_diagnostics(self)
 
     # ------------------------------------------------------------------ set-up
-
-    def _setup_overlong(self) -> None:
-        penalty = self.build_overlong_penalty()
-        if penalty is None:
-            return
-        # Appended the way TRL appends environment rewards, so TRL sums it into the reward before advantages.
-        self.reward_funcs.append(penalty)
-        self.reward_func_names.append(getattr(penalty, "__name__", type(penalty).__name__))
-        self.reward_processing_classes.append(None)
-        self.reward_weights = torch.cat([self.reward_weights, torch.ones(1)])
 
     def _setup_dynamic_sampling(self) -> None:
         args = self.args
@@ -151,27 +167,27 @@ class DAPOTrainer(GRPOTrainer):
             self._filter_index: int | None = 0
         elif name == "total":
             self._filter_index = None
-        elif name in names:
+        elif names.count(name) == 1:
             self._filter_index = names.index(name)
         else:
+            problem = "names several reward functions" if name in names else "is not a reward function of this trainer"
             raise ValueError(
-                f"dynamic_sampling_reward={name!r} is not a reward function of this trainer. Choose one of {names} "
-                "or 'total'."
+                f"dynamic_sampling_reward={name!r} {problem}. Choose one of {sorted(set(names))} (reward function "
+                "names must be distinct) or 'total'."
             )
         filter_func = self.reward_funcs[self._filter_index] if self._filter_index is not None else None
         correct = getattr(filter_func, "correct_reward", None)
         self._correct_value: float | None = float(correct) if correct is not None else None
 
         self._ds_target = args.generation_batch_size // self.num_generations
-        if not args.dynamic_sampling:
+        self._round_penalty: torch.Tensor | None = None
+        self._carry: dict | None = None  # rows of carried groups, replicated on every process, group order
+        self._carry_groups = 0
+        self._carry_table: dict[int, list[dict]] = {}
+        self._skip_policy: SkipPolicy | None = None
+        self._ds_active = bool(args.dynamic_sampling and self.train_dataset is not None)
+        if not self._ds_active:
             return
-        if self.train_dataset is None:
-            return  # evaluation-only trainer
-        if isinstance(self.train_dataset, IterableDataset):
-            raise ValueError(
-                "dynamic_sampling needs a map-style training dataset (it draws refill prompts by index); got an "
-                "IterableDataset. Load the dataset without streaming, or set dynamic_sampling=False."
-            )
         if self._is_vlm:
             raise ValueError(
                 "dynamic_sampling does not support vision-language models yet (multimodal rows cannot be moved between "
@@ -186,19 +202,62 @@ class DAPOTrainer(GRPOTrainer):
             max_round_prompts=args.dynamic_sampling_max_round_prompts,
             z=args.dynamic_sampling_margin,
         )
-        self._stream = PromptStream(len(self.train_dataset), seed=args.seed, shuffle=self.shuffle_dataset)
-        self._carry: dict | None = None  # rows of carried groups, replicated on every process, group order
-        self._carry_groups = 0
-        _warn_duplicates(self.train_dataset)
+        if isinstance(self.train_dataset, IterableDataset):
+            self._prompts = StreamPrompts(self.train_dataset, seed=args.seed, shuffle=self.shuffle_dataset)
+        else:
+            self._prompts = DatasetPrompts(self.train_dataset, seed=args.seed, shuffle=self.shuffle_dataset)
+            warn_duplicates(self.train_dataset)
+        if args.dynamic_sampling_skip:
+            if self._prompts.streaming:
+                raise ValueError(
+                    "dynamic_sampling_skip keeps a history per dataset index, which a streamed training set does not "
+                    "have. Load the dataset without streaming, or set dynamic_sampling_skip=False."
+                )
+            self._skip_policy = SkipPolicy(
+                len(self.train_dataset),
+                seed=args.seed,
+                target=args.dynamic_sampling_skip_target,
+                max_skip=args.dynamic_sampling_skip_max_prob,
+            )
+
+    def _model_context(self) -> int | None:
+        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        context = getattr(getattr(config, "get_text_config", lambda: config)(), "max_position_embeddings", None)
+        return context if isinstance(context, int) and context > 0 else None
+
+    def _check_prompt_lengths(self) -> None:
+        """Without `max_prompt_length`, refuse training prompts the model cannot even read (map-style sets)."""
+        context = self._model_context()
+        dataset = self.train_dataset
+        if self.args.max_prompt_length is not None or context is None or self._is_vlm:
+            return
+        if dataset is None or isinstance(dataset, IterableDataset) or "prompt" not in dataset.column_names:
+            return
+        check_prompt_lengths(dataset, self._tokenizer, context)
+
+    def _count_weight_syncs(self) -> None:
+        """Count TRL's weight pushes to vLLM: with sleep mode every generation call re-pushes all weights."""
+        generation = getattr(self, "vllm_generation", None) if self.use_vllm else None
+        if generation is None or not hasattr(generation, "sync_weights"):
+            return
+        sync = generation.sync_weights
+
+        def counted_sync(*args, **kwargs):
+            self._weight_syncs += 1
+            return sync(*args, **kwargs)
+
+        generation.sync_weights = counted_sync
 
     def build_overlong_penalty(self):
         """
-        Extension point: the reward function added for overlong shaping, or `None` for none.
+        Extension point: the overlong penalty, or `None` for none.
 
-        Called once at construction. The returned callable must follow TRL's reward signature (it receives
-        `completion_ids` and `log_metric` among the keyword arguments) and return one float per completion; it is
-        summed with weight 1 into the reward before advantages (DAPO Eq. 13) and logged under its `__name__`.
-        Default: [`OverlongPenalty`] from `overlong_buffer_len` and `overlong_penalty_factor`.
+        Called once at construction. The returned callable receives TRL's reward keyword arguments (`prompts`,
+        `completions`, `completion_ids`, `trainer_state`) and returns one float per completion (`<= 0`); the trainer
+        adds it to the aggregated reward of each scorable completion before advantages (DAPO Eq. 13, see
+        [`~dapo_trl.advantages.compute_advantages`]). It is not a reward function: the reward lists and the logged
+        `reward` do not include it, and it is logged under `overlong/*`. Default: [`OverlongPenalty`] from
+        `overlong_buffer_len` and `overlong_penalty_factor`.
         """
         if not self.args.overlong_shaping:
             return None
@@ -218,18 +277,27 @@ class DAPOTrainer(GRPOTrainer):
         Args:
             rewards_per_func (`torch.Tensor` of shape `(N, F)`):
                 Rewards of all `N` completions of the round (gathered from every process, groups of `G` contiguous)
-                for each of the `F` reward functions, `NaN` where a function returned `None`. The overlong penalty,
-                when enabled, is the last column.
+                for each of the `F` reward functions, `NaN` where a function returned `None`. The overlong penalty of
+                the same rows is [`round_overlong_penalty`].
 
         Returns:
             `torch.Tensor` of shape `(N,)`. Default: the `dynamic_sampling_reward` column (the first reward function,
-            i.e. correctness before overlong shaping), or the weighted total for `"total"`. Must be computed from the
-            arguments only, so every process reaches the same decision.
+            i.e. correctness before overlong shaping), or the weighted total plus the overlong penalty for `"total"`.
+            Must be computed from gathered values only, so every process reaches the same decision.
         """
         if self._filter_index is not None:
             return rewards_per_func[:, self._filter_index]
         weights = self.reward_weights.to(rewards_per_func.device)
-        return (rewards_per_func * weights).nansum(dim=1)
+        total = (rewards_per_func * weights).nansum(dim=1)
+        if self._round_penalty is not None:
+            total = total + self._round_penalty.to(total)
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        return torch.where(unscorable, torch.full_like(total, torch.nan), total)
+
+    @property
+    def round_overlong_penalty(self) -> torch.Tensor | None:
+        """The overlong penalty `(N,)` of the rows [`filter_values`] is called on (0 for unscorable rows), or `None`."""
+        return self._round_penalty
 
     def select_informative_groups(self, values: torch.Tensor) -> torch.Tensor:
         """
@@ -255,8 +323,9 @@ class DAPOTrainer(GRPOTrainer):
         curriculum retiring prompts that are always solved).
 
         Applies to every prompt dynamic sampling draws (first rounds and refills); with `dynamic_sampling=False`, TRL's
-        own sampler picks prompts and this is not called. Must give the same answer on every process. If a whole epoch
-        of prompts is skipped, the batch comes out underfilled (see `dynamic_sampling_on_exhausted`). Default: never.
+        own sampler picks prompts and this is not called. For a streamed training set `index` is the prompt's position
+        in the current epoch of the stream. Must give the same answer on every process. If a whole epoch of prompts is
+        skipped, the batch comes out underfilled (see `dynamic_sampling_on_exhausted`). Default: never.
         """
         return False
 
@@ -301,19 +370,36 @@ class DAPOTrainer(GRPOTrainer):
         values must be tensors, numbers, strings or containers of them (it is read with `weights_only=True`).
         """
         return {
-            "stream": self._stream.state_dict(),
+            "stream": self._prompts.state_dict(),
             "planner": self._planner.state_dict(),
             "carry": {k: v.cpu() for k, v in self._carry.items()} if self._carry else None,
             "carry_groups": self._carry_groups,
+            "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
+            "num_generations": self.num_generations,
         }
 
     def load_sampler_state_dict(self, state: dict) -> None:
         """Extension point: restore what [`sampler_state_dict`] saved (call `super()` first in subclasses)."""
-        self._stream.load_state_dict(state["stream"])
+        saved_g = state.get("num_generations", self.num_generations)
+        if state.get("carry") and saved_g != self.num_generations:
+            raise ValueError(
+                f"The checkpoint carries groups of {saved_g} completions but this run uses num_generations="
+                f"{self.num_generations}. Resume with num_generations={saved_g}, or delete dapo_sampler_state.pt from "
+                "the checkpoint folder to resume without the sampler state (the prompt stream then restarts)."
+            )
+        self._prompts.load_state_dict(state["stream"])
         self._planner.load_state_dict(state["planner"])
         device = self.accelerator.device
         self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
         self._carry_groups = int(state["carry_groups"])
+        if self._skip_policy is not None:
+            if state.get("skip") is not None:
+                self._skip_policy.load_state_dict(state["skip"])
+            else:
+                logger.warning(
+                    "The checkpoint holds no prompt-skipping history (it was saved with dynamic_sampling_skip off): "
+                    "the history starts empty."
+                )
 
     def plan_batch(self, *, num_carried: int, num_fresh: int, target: int) -> tuple[SelectionPlan, int]:
         """
@@ -341,200 +427,221 @@ class DAPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ rewards
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N, F)
-        self._last_rewards_per_func = rewards_per_func
-        self._log_length_by_correctness(rewards_per_func, completion_ids_list)
-        return rewards_per_func
-
-    def _log_length_by_correctness(self, rewards_per_func: torch.Tensor, completion_ids_list) -> None:
-        if self._correct_value is None:
-            return
+        # Check every reward's output while TRL calls it; the public lists are swapped back right after.
+        problems: list[str] = []
+        user_funcs = self.reward_funcs
+        self.reward_funcs = [
+            func if isinstance(func, nn.Module) else checked_reward(func, name, problems)
+            for func, name in zip(user_funcs, self.reward_func_names, strict=True)
+        ]
+        try:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N, F)
+        finally:
+            self.reward_funcs = user_funcs
+        penalty = self._overlong_penalty(prompts, completions, completion_ids_list, problems)
+        self._raise_reward_problems(problems)
         device = rewards_per_func.device
         lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=device, dtype=torch.float32)
-        lengths = self.accelerator.gather(lengths)  # (N,)
-        correct = self.filter_values(rewards_per_func) >= self._correct_value
-        self.log_metric("accuracy", correct.float().mean().item())
-        for name, rows in (("correct", correct), ("incorrect", ~correct)):
+        self._last_lengths = self.accelerator.gather(lengths)  # (N,)
+        scorable = ~torch.isnan(rewards_per_func).all(dim=1)
+        penalty = torch.where(scorable, penalty, torch.zeros_like(penalty))
+        self._last_rewards_per_func, self._last_penalty = rewards_per_func, penalty
+        self._last_truncated = self._truncation_flags(completion_ids_list)
+        if not (self.model.training and self._ds_active):  # dynamic sampling logs these once per batch
+            self._log_overlong(self._last_lengths, self._last_truncated, penalty, scorable)
+            self._log_correctness(rewards_per_func, self._last_lengths)
+            self._warn_about_rewards(rewards_per_func)
+        return rewards_per_func
+
+    def _overlong_penalty(self, prompts, completions, completion_ids_list, problems: list[str]) -> torch.Tensor:
+        """The overlong penalty of every row, gathered `(N,)`; zeros without shaping."""
+        device = self.accelerator.device
+        if self._overlong is None:
+            local = torch.zeros(len(completion_ids_list), device=device)
+        else:
+            output = self._overlong(
+                prompts=prompts, completions=completions, completion_ids=completion_ids_list, trainer_state=self.state
+            )
+            values, problem = check_reward_output("overlong penalty", output, len(completion_ids_list))
+            if problem:
+                problems.append(problem + " (returned by build_overlong_penalty()'s callable)")
+            local = torch.tensor([v if v is not None else 0.0 for v in values], device=device, dtype=torch.float32)
+        return self.accelerator.gather(local)
+
+    def _raise_reward_problems(self, problems: list[str]) -> None:
+        """Raise on every process if a reward broke its contract on any process (after TRL's collective gather)."""
+        if self.accelerator.num_processes > 1:
+            count = self.accelerator.reduce(torch.tensor([len(problems)], device=self.accelerator.device), "sum")
+            if int(count.item()) == 0:
+                return
+            from accelerate.utils import gather_object
+
+            problems = gather_object(problems)
+        if problems:
+            unique = list(dict.fromkeys(problems))
+            raise ValueError("A reward function broke the reward contract:\n- " + "\n- ".join(unique))
+
+    def _truncation_flags(self, completion_ids_list) -> torch.Tensor:
+        """Whether each completion was cut off at `max_completion_length`, gathered `(N,)`."""
+        max_length = self.args.max_completion_length
+        flags = [
+            is_truncated(ids, eos_token_ids=self.eos_token_ids, max_length=max_length) for ids in completion_ids_list
+        ]
+        return self.accelerator.gather(torch.tensor(flags, dtype=torch.bool, device=self.accelerator.device))
+
+    def _log_overlong(
+        self, lengths: torch.Tensor, truncated: torch.Tensor, penalty: torch.Tensor, scorable: torch.Tensor
+    ) -> None:
+        """
+        `overlong/*` over the given rows: `ratio` (share inside the buffer zone), `truncated_ratio`, and over scorable
+        rows (the only ones penalised) `penalty_mean` and `penalised_ratio`.
+        """
+        if self._overlong is None or lengths.numel() == 0:
+            return
+        max_length = self.args.max_completion_length
+        start = max_length - (self.args.overlong_buffer_len or 0)
+        self.log_metric("overlong/ratio", ((lengths > start) & (lengths <= max_length)).float().mean().item())
+        self.log_metric("overlong/truncated_ratio", truncated.float().mean().item())
+        if scorable.any():
+            self.log_metric("overlong/penalty_mean", penalty[scorable].mean().item())
+            self.log_metric("overlong/penalised_ratio", (penalty[scorable] < 0).float().mean().item())
+
+    def _log_correctness(self, rewards_per_func: torch.Tensor, lengths: torch.Tensor) -> None:
+        """`accuracy` and response length by correctness, over the scorable rows given."""
+        if self._correct_value is None:
+            return
+        values = self.filter_values(rewards_per_func)
+        scored = ~torch.isnan(values)
+        if not scored.any():
+            return
+        correct = (values >= self._correct_value) & scored
+        self.log_metric("accuracy", correct[scored].float().mean().item())
+        for name, rows in (("correct", correct), ("incorrect", scored & ~correct)):
             if rows.any():
                 self.log_metric(f"completions/{name}_mean_length", lengths[rows].mean().item())
                 self.log_metric(f"completions/{name}_max_length", lengths[rows].max().item())
 
-    # ------------------------------------------------------------------ dynamic sampling
+    def _warn_about_rewards(self, rewards_per_func: torch.Tensor) -> None:
+        """Name a reward function that scored nothing, or gave one value to every completion (once per function)."""
+        rows = rewards_per_func.size(0)
+        for i, name in enumerate(self.reward_func_names):
+            column = rewards_per_func[:, i]
+            scored = column[~torch.isnan(column)]
+            if scored.numel() == 0:
+                kind, detail = "none", f"returned None for all {rows} completions: none of them could be scored"
+            elif rows > self.num_generations and scored.numel() == rows and bool((scored == scored[0]).all()):
+                kind, detail = "constant", f"returned the same value {scored[0].item():g} for all {rows} completions"
+            else:
+                continue
+            if (name, kind) in self._reward_warnings:
+                continue
+            self._reward_warnings.add((name, kind))
+            advice = (
+                "Check the dataset column it reads (e.g. MathVerifierReward's answer_column) and that its gold "
+                "answers parse; rows no reward can score get no advantage and are never trained on."
+                if kind == "none"
+                else "Either every completion is scored alike (the prompts are far too easy or too hard for the model) "
+                "or the function does not look at the completion; check it."
+            )
+            logger.warning(f"Reward function {name!r} {detail} of this batch. {advice}")
+
+    # ------------------------------------------------------------------ generation
+
+    def _tokenize_prompts(self, prompts: list):
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        limit = self.args.max_prompt_length
+        if limit is None:
+            context = self._model_context()
+            longest = max((len(ids) for ids in prompt_ids), default=0)
+            if context is not None and longest > context:
+                raise ValueError(
+                    f"A prompt of {longest} tokens is longer than the model's context of {context} tokens. Set "
+                    "max_prompt_length to cut long prompts (prompt_truncation_side='left' keeps their end)."
+                )
+            return prompt_ids, images, multimodal_fields
+        if images is not None and any(len(ids) > limit for ids in prompt_ids):
+            raise ValueError(
+                f"A prompt with images is longer than max_prompt_length={limit}: cutting it could cut image tokens. "
+                "Raise max_prompt_length or shorten the prompt."
+            )
+        prompt_ids, cut = truncate_prompt_ids(list(prompt_ids), limit, self.args.prompt_truncation_side)
+        self._log_metric("prompts/truncated_ratio", cut / max(len(prompt_ids), 1))
+        return prompt_ids, images, multimodal_fields
 
     def _generate_and_score_completions(self, inputs):
-        if not self.model.training or not self.args.dynamic_sampling:
-            return super()._generate_and_score_completions(inputs)
-        # The dataloader's batch only paces the steps: prompts come from the resumable stream, so that refills never
-        # repeat a prompt within an epoch and every process draws the same ones.
-        return self._dynamic_sampling_batch()
-
-    def _dynamic_sampling_batch(self) -> dict:
-        args = self.args
-        device = self.accelerator.device
-        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
-        G, target = self.num_generations, self._ds_target
-        num_carried = self._carry_groups
-        needed = max(target - num_carried, 0)
-
-        pieces: list[dict] = []  # this process's rows of informative groups, per round
-        num_fresh = rounds = generated = all_correct = all_wrong = 0
-        reward_sum = correct_sum = 0.0
-        template = None
-        while num_fresh < needed and rounds < args.dynamic_sampling_max_rounds:
-            size = self._planner.next_round_size(needed - num_fresh)
-            indices = self._stream.take(size, skip=self.skip_prompt)
-            indices = indices[: len(indices) - len(indices) % self._planner.granularity]
-            if not indices:
-                break
-            rounds += 1
-            rows = [dict(row) for row in self._dataset_rows(indices) for _ in range(G)]  # copies: TRL may edit rows
-            per_process = len(rows) // processes
-            local = rows[rank * per_process : (rank + 1) * per_process]
-            out = super()._generate_and_score_completions(local)
-            _batch.check_supported(out)
-            template = out
-            rewards_per_func = self._last_rewards_per_func  # (n G, F), gathered
-            values = self.filter_values(rewards_per_func).view(-1, G)  # (n, G)
-            informative = self.select_informative_groups(values).to(device)  # (n,)
-            classes = classify_groups(
-                values.flatten(), G, tolerance=args.dynamic_sampling_tolerance, correct_value=self._correct_value
-            )
-            self.on_groups_scored(indices, values, informative, classes)
-            self._planner.update(len(indices), int(informative.sum()))
-            generated += len(indices)
-            all_correct += int(classes.all_correct.sum())
-            all_wrong += int(classes.all_wrong.sum())
-            total = (rewards_per_func * self.reward_weights.to(device)).nansum(dim=1)  # (n G,)
-            reward_sum += total.sum().item()
-            if self._correct_value is not None:
-                correct_sum += (values >= self._correct_value).sum().item()
-
-            # Number informative groups in generation order, continuing the count of earlier rounds.
-            group_ids = torch.cumsum(informative.long(), 0) - 1 + num_carried + num_fresh  # (n,)
-            local_groups = torch.arange(rank * per_process, (rank + 1) * per_process, device=device) // G
-            keep = informative[local_groups]
-            out["_group"] = group_ids[local_groups]
-            out["_value"] = values.flatten()[rank * per_process : (rank + 1) * per_process]
-            out["_reward"] = total[rank * per_process : (rank + 1) * per_process]
-            piece = _batch.select_rows(out, keep)
-            if args.dynamic_sampling_carry_over and "old_per_token_logps" not in out:
-                # Carried rows must keep the sampling policy's log-probabilities (their ratio is taken against it), so
-                # compute them now, before the policy moves, for the kept rows only.
-                piece["old_per_token_logps"] = self._sampling_logps(piece)
-                out["old_per_token_logps"] = torch.zeros_like(out["completion_mask"], dtype=torch.float32)  # shapes
-            pieces.append(piece)
-            num_fresh += int(informative.sum())
-
-        if template is None and self._carry is None:
-            raise RuntimeError("Dynamic sampling could not draw any prompt from the training dataset.")
-        plan, missing = self.plan_batch(num_carried=num_carried, num_fresh=num_fresh, target=target)
-        wanted = _ids(plan.train + plan.carry, device)
-        fresh = _batch.concat_rows(pieces, pad_token_id=self._tokenizer.pad_token_id)
-        if fresh:
-            fresh = _batch.select_rows(fresh, torch.isin(fresh["_group"], wanted))
-        fresh = self._all_gather_rows(fresh, template if template is not None else self._carry)
-        candidates = [b for b in (self._carry, fresh) if b]
-        if (
-            candidates
-            and "old_per_token_logps" in candidates[0]
-            and any("old_per_token_logps" not in b for b in candidates)
-        ):
-            raise RuntimeError("Internal error: carried and fresh rows disagree on old_per_token_logps.")
-        pool = _batch.concat_rows(candidates, pad_token_id=self._tokenizer.pad_token_id)
-        train = carry = {}
-        if pool:
-            pool = _batch.select_rows(pool, torch.argsort(pool["_group"], stable=True))
-            train = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
-            carry = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device)))
-        if plan.carry:
-            # Renumber carried groups 0..k-1 for the next step.
-            carry["_group"] = torch.searchsorted(_ids(plan.carry, device), carry["_group"])
-            self._carry, self._carry_groups = carry, len(plan.carry)
+        syncs_before = self._weight_syncs
+        if self.model.training and self._ds_active:
+            # The dataloader's batch only paces the steps: prompts come from the resumable stream, so that refills never
+            # repeat a prompt within an epoch and every process draws the same ones.
+            out = self._dynamic_sampling_batch()
         else:
-            self._carry, self._carry_groups = None, 0
+            out = super()._generate_and_score_completions(inputs)
+            self._apply_overlong_to_advantages(out)
+            self._log_importance_sampling(out)
+        if self.use_vllm:
+            self.log_metric("vllm/weight_syncs", self._weight_syncs - syncs_before)
+        return out
 
-        if missing:
-            message = (
-                f"Dynamic sampling found {target - missing} informative groups of the {target} a generation batch "
-                f"needs after {rounds} rounds (dynamic_sampling_max_rounds={args.dynamic_sampling_max_rounds}); "
-                f"{generated} prompt groups were generated. Most prompts are too easy or too hard for the model: "
-                "raise dynamic_sampling_max_rounds, use a more suitable dataset, or lower num_generations' "
-                "difficulty spread."
-            )
-            if args.dynamic_sampling_on_exhausted == "raise":
-                raise RuntimeError(message)
-            logger.warning(message + " Training on the groups collected; the rest of the batch is masked.")
-        total_rows = target * G
-        filler = next(b for b in (train, pool, template) if b and b["completion_ids"].size(0))
-        train = _batch.pad_rows(train, total_rows, template=filler, pad_token_id=self._tokenizer.pad_token_id)
-        trained_rows = train["_group"] >= 0
-        per_group = 1 / generated if generated else math.nan  # NaN (skipped by TRL's log) when only carried groups
-        stats = {
-            "rounds": rounds,
-            "groups_generated": generated,
-            "informative_frac": num_fresh * per_group,
-            "all_correct_frac": all_correct * per_group,
-            "all_wrong_frac": all_wrong * per_group,
-            "groups_carried": min(num_carried, target),
-            "groups_discarded": len(plan.discard),
-            "groups_trained": len(plan.train),
-            "underfilled": float(missing > 0),
-            "prompts_consumed": self._stream.consumed,
-            "reward_before_filter": reward_sum * per_group / G,
-            "reward_after_filter": train["_reward"][trained_rows].mean().item() if trained_rows.any() else math.nan,
-        }
-        if self._correct_value is not None:
-            stats["accuracy_before_filter"] = correct_sum * per_group / G
-            after = (train["_value"][trained_rows] >= self._correct_value).float()
-            stats["accuracy_after_filter"] = after.mean().item() if after.numel() else math.nan
-        self.log_dynamic_sampling(stats)
+    def _apply_overlong_to_advantages(self, out: dict) -> None:
+        """With dynamic sampling off: recompute TRL's advantages of this call with the overlong penalty added."""
+        if self._overlong is None:
+            return
+        G = self.num_generations if self.model.training else self.num_generations_eval
+        advantages = compute_advantages(
+            self._last_rewards_per_func,
+            self.reward_weights,
+            num_generations=G,
+            scale_rewards=self.scale_rewards,
+            aggregation=self.multi_objective_aggregation,
+            penalty=self._last_penalty,
+        ).advantages
+        rows = out["advantages"].size(0)
+        start = self.accelerator.process_index * rows
+        out["advantages"] = advantages[start : start + rows].to(out["advantages"])
+        logged = self._logs["advantages"]
+        for _ in range(min(len(advantages), len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
 
-        per_process = total_rows // processes
-        local = _batch.select_rows(train, torch.arange(rank * per_process, (rank + 1) * per_process, device=device))
-        local = {k: v for k, v in local.items() if not k.startswith("_")}
-        local["num_items_in_batch"] = self.accelerator.gather(_batch.loss_mask(local).sum()).sum()
-        return local
+    def _log_importance_sampling(self, batch: dict, *, replicated: bool = False) -> None:
+        """
+        How many sequences/tokens TRL's vLLM importance-sampling correction removed from the loss (weight 0), summed
+        over the batch of every process (`replicated`: the batch is already the same whole batch on every process).
+        """
+        ratio = batch.get("importance_sampling_ratio")
+        if ratio is None:
+            return
+        mask = _batch.loss_mask(batch).float()  # (B, T)
+        weight = ratio.expand_as(mask) if ratio.size(1) == 1 else ratio  # (B, T)
+        removed = (weight == 0).float() * mask
+        real = mask.sum(dim=1) > 0
+        sequences = (removed.sum(dim=1) == mask.sum(dim=1)) & real
+        totals = torch.stack([sequences.sum().float(), real.sum().float(), removed.sum(), mask.sum()])
+        if not replicated:
+            totals = self.accelerator.reduce(totals, reduction="sum")
+        self.log_metric("sampling/is_removed_sequences", totals[0].item())
+        self.log_metric("sampling/is_removed_sequence_frac", (totals[0] / totals[1].clamp(min=1)).item())
+        self.log_metric("sampling/is_removed_tokens", totals[2].item())
+        self.log_metric("sampling/is_removed_token_frac", (totals[2] / totals[3].clamp(min=1)).item())
 
-    def _dataset_rows(self, indices: list[int]) -> list[dict[str, Any]]:
-        columns = self.train_dataset[indices]
-        return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    # ------------------------------------------------------------------ training data
 
-    @torch.no_grad()
-    def _sampling_logps(self, batch: dict) -> torch.Tensor:
-        if batch["completion_ids"].size(0) == 0:
-            return torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.model,
-            input_ids,
-            attention_mask,
-            batch["completion_ids"].size(1),
-            batch_size=self.args.per_device_train_batch_size,
-        )
-        return logps
-
-    def _all_gather_rows(self, batch: dict, template: dict) -> dict:
-        """Every process's rows, in process order, on every process (a collective: all processes must call it)."""
-        processes = self.accelerator.num_processes
-        if processes == 1:
-            return batch
-        device = self.accelerator.device
-        shape_source = batch or _batch.select_rows(template, torch.zeros(0, dtype=torch.long))
-        if "_group" not in shape_source:
-            shape_source = {**shape_source, "_group": torch.zeros(0, dtype=torch.long, device=device)}
-            shape_source["_value"] = torch.zeros(0, device=device)
-            shape_source["_reward"] = torch.zeros(0, device=device)
-        local_rows = shape_source["_group"].size(0)
-        rows = self.accelerator.gather(torch.tensor([local_rows], device=device))  # (P,)
-        key_widths = {
-            key: int(self.accelerator.gather(torch.tensor([w], device=device)).max())
-            for key, w in sorted(_batch.widths(shape_source).items())
-        }
-        padded = _batch.pad_to(shape_source, key_widths, int(rows.max()), pad_token_id=self._tokenizer.pad_token_id)
-        gathered = {key: self.accelerator.gather(padded[key]) for key in sorted(padded)}
-        valid = torch.cat([torch.arange(int(rows.max()), device=device) < n for n in rows.tolist()])
-        return _batch.select_rows(gathered, valid) if valid.any() else {}
+    def get_train_dataloader(self):
+        """With dynamic sampling the prompts come from `self._prompts`; the dataloader only paces the steps."""
+        if not self._ds_active:
+            return super().get_train_dataloader()
+        real = self.train_dataset
+        if isinstance(real, IterableDataset):
+            # One pacing epoch long enough for the whole run (capped: the sampler materialises its indices), so that
+            # no epoch boundary (which reseeds the dataloader from the global RNG) falls where a map-style run has none.
+            size = min(self.args.max_steps * self._ds_target, 2**20)
+        else:
+            size = len(real)
+        self.train_dataset = PacingDataset(max(size, self._ds_target))
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.train_dataset = real
 
     # ------------------------------------------------------------------ exact token-level normaliser
 
@@ -562,7 +669,7 @@ class DAPOTrainer(GRPOTrainer):
         )
         return {**inputs, "num_items_in_batch": torch.tensor(num_items, device=self.accelerator.device)}
 
-    # ------------------------------------------------------------------ monitors
+    # ------------------------------------------------------------------ loss forward and monitors
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(
@@ -570,52 +677,121 @@ class DAPOTrainer(GRPOTrainer):
         )
         if kwargs.get("compute_entropy"):  # the loss forward (generation-time calls do not ask for entropies)
             self._loss_logps = logps.detach()
+            inputs = self._loss_inputs
+            if inputs is not None and _batch.ON_POLICY_KEY in inputs:
+                # Fresh rows next to carried ones: their "old" log-probabilities are the current ones (TRL's aligned
+                # case), read by TRL's loss after this forward returns.
+                on_policy = inputs[_batch.ON_POLICY_KEY].unsqueeze(1)
+                inputs["old_per_token_logps"] = torch.where(on_policy, self._loss_logps, inputs["old_per_token_logps"])
         return logps, entropies, aux
 
     def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
+        self._loss_inputs = inputs
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._loss_inputs = None
         if self._loss_logps is not None:
             self._log_token_probs(inputs, self._loss_logps)
+            if self.importance_sampling_level == "sequence":
+                self._fix_sequence_clip_metrics(inputs, self._loss_logps)
             self._loss_logps = None
         return loss
 
     def _log_token_probs(self, inputs: dict, logps: torch.Tensor) -> None:
         """The paper's monitors (§3.1): mean probability of sampled tokens and of tokens cut by the upper clip."""
-        mask = _batch.loss_mask(inputs).float()  # (B, T)
-        old = inputs.get("old_per_token_logps")
-        old = logps if old is None else old  # (B, T)
-        advantages = inputs["advantages"]
-        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-        high = ((torch.exp(logps - old) > 1 + self.epsilon_high) & (advantages > 0)).float() * mask
-        old_probs = torch.exp(old)
-        sums = torch.stack([(torch.exp(logps) * mask).sum(), mask.sum(), (old_probs * high).sum(), high.sum()])
+        sums = token_prob_sums(
+            logps, inputs.get("old_per_token_logps"), inputs["advantages"], _batch.loss_mask(inputs), self.epsilon_high
+        )
         sums = self.accelerator.reduce(sums, reduction="sum")
         self.log_metric("token_prob/mean", (sums[0] / sums[1].clamp(min=1)).item())
         if sums[3] > 0:
             self.log_metric("token_prob/high_clipped_mean", (sums[2] / sums[3]).item())
 
+    def _fix_sequence_clip_metrics(self, inputs: dict, logps: torch.Tensor) -> None:
+        """
+        With `importance_sampling_level="sequence"` TRL averages `clip_ratio/*` over rows, so the fully masked rows that
+        pad an underfilled batch would dilute them: recompute them over rows with at least one loss token.
+        """
+        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
+            return
+        low, high, real = sequence_clip_flags(
+            logps,
+            inputs.get("old_per_token_logps"),
+            inputs["advantages"],
+            _batch.loss_mask(inputs),
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+        )
+        sums = torch.stack([low.sum(), high.sum(), (low | high).sum(), real.sum()]).float()
+        sums = self.accelerator.reduce(sums, reduction="sum")
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        count = sums[3].clamp(min=1)
+        for key, value in (("low_mean", sums[0]), ("high_mean", sums[1]), ("region_mean", sums[2])):
+            if metrics.get(f"clip_ratio/{key}"):
+                metrics[f"clip_ratio/{key}"][-1] = (value / count).item()
+        nan = torch.tensor(torch.nan, device=logps.device)
+        for key, flags, reduce in (("low_min", low, torch.min), ("high_max", high, torch.max)):
+            values = self.accelerator.gather(torch.where(real, flags.float(), nan))
+            values = values[~torch.isnan(values)]
+            if metrics.get(f"clip_ratio/{key}") and values.numel():
+                metrics[f"clip_ratio/{key}"][-1] = reduce(values).item()
+
     # ------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if not self.args.dynamic_sampling or not hasattr(self, "_stream") or not self.args.should_save:
-            return
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        self._save_generation_buffer(folder)
+        if not self._ds_active or not self.args.should_save:
+            return
         torch.save(self.sampler_state_dict(), os.path.join(folder, SAMPLER_STATE_NAME))
+
+    def _save_generation_buffer(self, folder: str) -> None:
+        """
+        A checkpoint taken in the middle of a generation batch (`steps_per_generation > gradient_accumulation_steps`)
+        keeps the batch's unused micro-batches, one file per process, so a resumed run trains on exactly them.
+        """
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._buffered_inputs is None or self._step % generate_every == 0:
+            return
+        os.makedirs(folder, exist_ok=True)
+        buffer = [
+            {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in self._buffered_inputs
+        ]
+        state = {"step": self._step, "processes": self.accelerator.num_processes, "buffer": buffer}
+        torch.save(state, os.path.join(folder, BUFFER_STATE_NAME.format(rank=self.accelerator.process_index)))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None or not self.args.dynamic_sampling or not hasattr(self, "_stream"):
+        if checkpoint is None:
+            return
+        self._load_generation_buffer(checkpoint)
+        if not self._ds_active:
             return
         path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
         if not os.path.exists(path):
             logger.warning(f"{path} not found: dynamic sampling restarts its prompt stream from the beginning.")
             return
-        self.load_sampler_state_dict(torch.load(path, weights_only=True))
+        self.load_sampler_state_dict(_load_state_file(path))
 
-
-def _ids(groups: list[int], device) -> torch.Tensor:
-    return torch.tensor(sorted(groups), dtype=torch.long, device=device)
+    def _load_generation_buffer(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, BUFFER_STATE_NAME.format(rank=self.accelerator.process_index))
+        if not os.path.exists(path):
+            return
+        state = _load_state_file(path)
+        if state["processes"] != self.accelerator.num_processes:
+            logger.warning(
+                f"{checkpoint} was saved in the middle of a generation batch by {state['processes']} processes; this "
+                f"run has {self.accelerator.num_processes}, so the rest of that batch is generated again."
+            )
+            return
+        device = self.accelerator.device
+        self._buffered_inputs = [
+            {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in state["buffer"]
+        ]
+        self._step = int(state["step"])
+        self._window_tokens = None
 
 
 def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
@@ -628,14 +804,23 @@ def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
     return DAPOConfig(**values)
 
 
-def _warn_duplicates(dataset) -> None:
-    if "prompt" not in dataset.column_names:
-        return
-    counts = Counter(repr(p) for p in dataset["prompt"])
-    duplicates = len(dataset) - len(counts)
-    if duplicates:
-        logger.warning(
-            f"The training dataset holds {duplicates} duplicated prompts ({len(counts)} unique of {len(dataset)}). "
-            "Dynamic sampling never repeats a row within an epoch, but duplicated rows are still drawn once each; "
-            "deduplicate the dataset (DAPO-Math-17k repeats each prompt ~100x) unless the repetition is intended."
+def _load_state_file(path: str) -> dict:
+    """`torch.load` of a dapo-trl state file, with an error that names the file when it is not one."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:  # truncated, foreign or garbage files fail in many ways inside torch
+        raise ValueError(
+            f"{path} is not a readable dapo-trl state file ({type(error).__name__}: {_first_line(error)}). "
+            "It may be truncated or come from another program. Delete it to resume without it (the prompt stream "
+            "then restarts; a half-used generation batch is generated again)."
+        ) from error
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"{path} holds a {type(state).__name__}, not a dapo-trl state dict. Delete it to resume without it."
         )
+    return state
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else "no details"

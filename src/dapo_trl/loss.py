@@ -143,3 +143,48 @@ def trl_num_items_for_exact_normalizer(
     A test pins it against TRL's code (`tests/test_trainer_loss.py`), so a change in TRL's formula fails loudly.
     """
     return window_tokens * steps_per_generation / gradient_accumulation_steps
+
+
+def _rows(advantages: torch.Tensor) -> torch.Tensor:
+    return advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+
+
+def token_prob_sums(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_high: float,
+) -> torch.Tensor:
+    """
+    Sums behind the paper's monitors (§3.1): `[sum of p(token), token count, sum of p_old(token) over tokens cut by the
+    upper clip, their count]`, over the loss tokens of one micro-batch (`(B, T)` tensors; `old_logps=None` is TRL's
+    aligned case, where the old policy is the current one). Sum them over processes, then divide.
+    """
+    mask = mask.float()
+    old = logps if old_logps is None else old_logps
+    high = ((torch.exp(logps - old) > 1 + epsilon_high) & (_rows(advantages) > 0)).float() * mask
+    return torch.stack([(torch.exp(logps) * mask).sum(), mask.sum(), (torch.exp(old) * high).sum(), high.sum()])
+
+
+def sequence_clip_flags(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    Per row, with a sequence-level importance ratio (GSPO's mean token log-ratio, as TRL's
+    `importance_sampling_level="sequence"`): `(clipped low, clipped high, has loss tokens)`, three bool `(B,)` tensors.
+    """
+    mask = mask.float()
+    old = logps if old_logps is None else old_logps
+    ratio = torch.exp(((logps - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0))  # (B,)
+    advantages = _rows(advantages)[:, 0]
+    real = mask.sum(-1) > 0
+    low = (ratio < 1 - epsilon_low) & (advantages < 0) & real
+    high = (ratio > 1 + epsilon_high) & (advantages > 0) & real
+    return low, high, real

@@ -20,6 +20,29 @@ from dapo_trl.sampling import RoundPlanner  # noqa: E402
 torch.set_num_threads(1)
 
 
+def count_forwards(model) -> list:
+    """Shapes of every model forward outside generation (ZeRO-3/FSDP all-gather parameters in each one)."""
+    seen: list = []
+    generating = [False]
+
+    def hook(module, args, kwargs):
+        if not generating[0]:
+            seen.append(tuple((kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).shape))
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    generate = model.generate
+
+    def counted_generate(*args, **kwargs):
+        generating[0] = True
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            generating[0] = False
+
+    model.generate = counted_generate
+    return seen
+
+
 def main(out_dir: str, carry_over: str) -> None:
     overrides = dict(
         per_device_train_batch_size=6,  # 12 rows per step over 2 processes = 3 groups of 4: group 1 spans the ranks
@@ -29,6 +52,7 @@ def main(out_dir: str, carry_over: str) -> None:
         shuffle_dataset=False,  # the stream is then sequential, so the test controls what each rank gets
         ddp_find_unused_parameters=False,
         dynamic_sampling_carry_over=carry_over == "carry",
+        dynamic_sampling_skip=carry_over == "carry",  # the skip history must stay identical on both ranks
     )
     args = config(out_dir, **overrides)
     target = args.generation_batch_size // args.num_generations
@@ -42,11 +66,19 @@ def main(out_dir: str, carry_over: str) -> None:
     )
     capture = GradientCapture(trainer)
     trainer.add_callback(capture)
+    forwards = count_forwards(model)
     trainer.train()
     rank = trainer.accelerator.process_index
     history = trainer.state.log_history if rank == 0 else None
     torch.save(
-        {"steps": capture.steps, "kinds": kinds, "history": history, "world": trainer.accelerator.num_processes},
+        {
+            "steps": capture.steps,
+            "kinds": kinds,
+            "history": history,
+            "world": trainer.accelerator.num_processes,
+            "forwards": forwards,
+            "skip": trainer._skip_policy.state_dict() if trainer._skip_policy is not None else None,
+        },
         os.path.join(out_dir, f"rank{rank}.pt"),
     )
 

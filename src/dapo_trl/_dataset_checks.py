@@ -1,0 +1,165 @@
+"""Checks of the training set at construction, and the placeholder dataset that paces dynamic sampling's steps."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+import torch
+from datasets import IterableDataset
+
+logger = logging.getLogger(__name__)
+
+
+class PacingDataset(torch.utils.data.Dataset):
+    """Placeholder rows for the dataloader when dynamic sampling draws the prompts itself."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> dict:
+        return {"prompt": ""}
+
+
+def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> None:
+    """Refuse a training set that cannot train, naming the column or the rows, before TRL fails on it at step 1."""
+    if dataset is None:
+        return
+    if isinstance(dataset, IterableDataset):
+        if args.max_steps is None or args.max_steps <= 0:
+            raise ValueError(
+                "A streamed (IterableDataset) training set has no length, so the number of steps must be given: set "
+                "max_steps."
+            )
+        return
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "prompt" not in columns and not has_environment:
+        raise ValueError(
+            f"The training dataset has no 'prompt' column (its columns are {columns}). Rename the column holding the "
+            "prompts to 'prompt' (e.g. dataset.rename_column('question', 'prompt')), or build it with "
+            "dapo_trl.data.load_math_dataset."
+        )
+    if len(dataset) == 0:
+        raise ValueError("The training dataset is empty.")
+    if columns is not None and "prompt" in columns:
+        empty = [i for i, prompt in enumerate(dataset["prompt"]) if is_empty_prompt(prompt)]
+        if empty:
+            raise ValueError(
+                f"The training dataset has {len(empty)} empty prompts (rows {empty[:10]}{' ...' if len(empty) > 10 else ''}). "
+                "Remove them (e.g. dataset.filter(lambda row: row['prompt'])): a model cannot generate from nothing."
+            )
+    prompts_per_batch = args.generation_batch_size // args.num_generations
+    if not args.dynamic_sampling and len(dataset) < prompts_per_batch:
+        raise ValueError(
+            f"The training dataset has {len(dataset)} prompts but one generation batch needs {prompts_per_batch} "
+            f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}); with "
+            "dynamic_sampling=False, TRL's sampler would yield no batch and train 0 steps. Use more prompts, a smaller "
+            "batch, or dynamic_sampling=True (which cycles the prompts)."
+        )
+
+
+def is_empty_prompt(prompt: Any) -> bool:
+    """A prompt with no text: `None`, a blank string, or messages whose contents are all blank."""
+    if prompt is None:
+        return True
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, list):
+        texts = []
+        for message in prompt:
+            content = message.get("content") if isinstance(message, dict) else message
+            if isinstance(content, list):  # content parts
+                texts += [part.get("text", "") if isinstance(part, dict) else str(part) for part in content]
+            elif content is not None:
+                texts.append(str(content))
+        return not any(text.strip() for text in texts)
+    return False
+
+
+def warn_duplicates(dataset) -> None:
+    if "prompt" not in dataset.column_names:
+        return
+    counts = Counter(repr(p) for p in dataset["prompt"])
+    duplicates = len(dataset) - len(counts)
+    if duplicates:
+        logger.warning(
+            f"The training dataset holds {duplicates} duplicated prompts ({len(counts)} unique of {len(dataset)}). "
+            "Dynamic sampling never repeats a row within an epoch, but duplicated rows are still drawn once each; "
+            "deduplicate the dataset (DAPO-Math-17k repeats each prompt ~100x) unless the repetition is intended."
+        )
+
+
+def prompt_text(prompt: Any) -> str:
+    """The text of a prompt: the string itself, or its messages' text contents joined."""
+    if isinstance(prompt, str):
+        return prompt
+    parts = []
+    for message in prompt or []:
+        content = message.get("content") if isinstance(message, dict) else message
+        if isinstance(content, list):
+            parts += [part.get("text", "") for part in content if isinstance(part, dict)]
+        elif content is not None:
+            parts.append(str(content))
+    return "\n".join(parts)
+
+
+def count_prompt_tokens(tokenizer: Any, prompt: Any) -> int:
+    """Tokens of a prompt as generation sees it (chat template applied to conversations when the tokenizer has one)."""
+    if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
+        try:
+            ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+            return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+        except Exception:  # a template that cannot render this prompt: count its text instead
+            pass
+    return len(tokenizer(prompt_text(prompt))["input_ids"])
+
+
+def check_prompt_lengths(dataset: Any, tokenizer: Any, context: int) -> None:
+    """
+    Refuse a map-style training set holding prompts longer than the model's context (`context` tokens), naming the
+    rows. Only prompts whose UTF-8 size exceeds the context are tokenised (a token covers at least one byte, so the
+    others fit), which keeps the check instant on ordinary data.
+    """
+    slack = 64  # special and chat-template tokens
+    suspects = [i for i, prompt in enumerate(dataset["prompt"]) if len(prompt_text(prompt).encode()) + slack > context]
+    too_long = [(i, n) for i in suspects if (n := count_prompt_tokens(tokenizer, dataset[i]["prompt"])) > context]
+    if too_long:
+        shown = ", ".join(f"row {i}: {n} tokens" for i, n in too_long[:10])
+        raise ValueError(
+            f"{len(too_long)} training prompts are longer than the model's context of {context} tokens ({shown}"
+            f"{', ...' if len(too_long) > 10 else ''}). Set max_prompt_length (e.g. 2048, as verl's DAPO recipe) to "
+            "cut long prompts (prompt_truncation_side='left' keeps their end), or remove those rows."
+        )
+
+
+def truncate_prompt_ids(prompt_ids: list, limit: int, side: str) -> tuple[list, int]:
+    """
+    Cut every prompt longer than `limit` tokens: `"left"` keeps its last `limit` tokens, `"right"` its first, and
+    `"error"` raises. Returns the prompts and how many were cut.
+
+    Example:
+    ```python
+    >>> truncate_prompt_ids([[1, 2, 3, 4], [5]], 2, "left")
+    ([[3, 4], [5]], 1)
+
+    ```
+    """
+    cut = 0
+    out = []
+    for ids in prompt_ids:
+        if len(ids) <= limit:
+            out.append(ids)
+            continue
+        if side == "error":
+            raise ValueError(
+                f"A prompt of {len(ids)} tokens is longer than max_prompt_length={limit} and "
+                "prompt_truncation_side='error'. Raise max_prompt_length, or set prompt_truncation_side to 'left' or "
+                "'right' to cut long prompts."
+            )
+        cut += 1
+        out.append(ids[len(ids) - limit :] if side == "left" else ids[:limit])
+    return out, cut

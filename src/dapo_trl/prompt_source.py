@@ -1,0 +1,147 @@
+"""Where dynamic sampling draws its prompts: a map-style dataset through [`PromptStream`], or a streamed dataset.
+
+Both sources give every process the same prompts in the same order (same seed), wrap into the next epoch at the end of
+the data, and save their position with the sampler state so a resumed run continues exactly where it stopped.
+
+- [`DatasetPrompts`]: a map-style `datasets.Dataset` (or any indexable set of rows); prompt `i` is row `i`.
+- [`StreamPrompts`]: a `datasets.IterableDataset` (`load_dataset(..., streaming=True)`), read in order, shuffled with
+  a buffer like TRL does for streams. A prompt's index is its position in the current epoch of the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .sampling import PromptStream
+
+logger = logging.getLogger(__name__)
+
+Skip = Callable[[int], bool] | None
+
+
+class DatasetPrompts:
+    """Prompts of a map-style dataset, drawn by a shuffled, resumable [`PromptStream`] over its indices."""
+
+    streaming = False
+
+    def __init__(self, dataset: Any, *, seed: int, shuffle: bool) -> None:
+        self.dataset = dataset
+        self.stream = PromptStream(len(dataset), seed=seed, shuffle=shuffle)
+
+    @property
+    def consumed(self) -> int:
+        return self.stream.consumed
+
+    def take(self, n: int, *, skip: Skip = None) -> tuple[list[int], list[dict[str, Any]]]:
+        """The next `n` prompts (fewer if `skip` passes over a whole epoch): their indices and their rows."""
+        indices = self.stream.take(n, skip=skip)
+        if not indices:
+            return [], []
+        columns = self.dataset[indices]
+        rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+        return indices, rows
+
+    def state_dict(self) -> dict:
+        return {**self.stream.state_dict(), "num_prompts": self.stream.num_prompts}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("num_prompts", self.stream.num_prompts) != self.stream.num_prompts:
+            raise ValueError(
+                f"The checkpoint's prompt stream was saved for a training set of {state['num_prompts']} prompts, but "
+                f"this run's has {self.stream.num_prompts}. Resume with the same training set, or resume without "
+                "the sampler state (delete dapo_sampler_state.pt from the checkpoint folder: the prompt stream then "
+                "restarts from the beginning)."
+            )
+        if state.get("streaming"):
+            raise ValueError(
+                "The checkpoint's sampler state was saved for a streamed training set, but this run's training set "
+                "is map-style. Resume with the same kind of dataset, or delete dapo_sampler_state.pt from the "
+                "checkpoint folder to restart the prompt stream."
+            )
+        self.stream.load_state_dict(state)
+
+
+class StreamPrompts:
+    """
+    Prompts of a `datasets.IterableDataset`, read in order.
+
+    Epoch `e` reads the stream after `set_epoch(e)` (so a shuffled stream is reshuffled each epoch) and the next epoch
+    starts when it ends. The position is saved as `(epoch, position)`; on resume the stream is restored with the
+    dataset's own `state_dict()` when it is not shuffled (exact and instant), and otherwise replayed from the start of
+    the epoch, skipping `position` rows (exact for a seeded stream, and costs reading those rows again).
+    """
+
+    streaming = True
+
+    def __init__(self, dataset: Any, *, seed: int, shuffle: bool) -> None:
+        self.shuffled = shuffle
+        self.dataset = dataset.shuffle(seed=seed) if shuffle else dataset
+        self.epoch = 0
+        self.position = 0  # rows read in the current epoch
+        self.consumed = 0  # prompts handed out, all epochs
+        self._iterator = None
+        self._restore: dict | None = None
+
+    def _rows(self):
+        if self._iterator is None:
+            self.dataset.set_epoch(self.epoch)
+            restore, self._restore = self._restore, None
+            if restore is not None and restore.get("dataset") is not None:
+                self.dataset.load_state_dict(restore["dataset"])
+                self._iterator = iter(self.dataset)
+            else:
+                self._iterator = iter(self.dataset)
+                for _ in range(self.position):  # replay to the saved position
+                    next(self._iterator)
+        return self._iterator
+
+    def _next_row(self) -> dict | None:
+        try:
+            return next(self._rows())
+        except StopIteration:
+            return None
+
+    def take(self, n: int, *, skip: Skip = None) -> tuple[list[int], list[dict[str, Any]]]:
+        """The next `n` prompts: their positions in the epoch and their rows. Wraps into the next epoch at the end."""
+        indices: list[int] = []
+        rows: list[dict[str, Any]] = []
+        empty_epochs = 0
+        while len(rows) < n:
+            row = self._next_row()
+            if row is None:
+                if self.position == 0:
+                    raise ValueError("The streamed training dataset yielded no rows.")
+                empty_epochs = empty_epochs + 1 if not rows else 0
+                if empty_epochs > 1:  # a whole epoch skipped: return what there is rather than loop forever
+                    break
+                self.epoch += 1
+                self.position = 0
+                self._iterator = None
+                continue
+            index = self.position
+            self.position += 1
+            if skip is not None and skip(index):
+                continue
+            indices.append(index)
+            rows.append(dict(row))
+        self.consumed += len(rows)
+        return indices, rows
+
+    def state_dict(self) -> dict:
+        state = {"epoch": self.epoch, "position": self.position, "consumed": self.consumed, "streaming": True}
+        if not self.shuffled and self._iterator is not None and hasattr(self.dataset, "state_dict"):
+            state["dataset"] = self.dataset.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state.get("streaming"):
+            raise ValueError(
+                "The checkpoint's sampler state was saved for a map-style training set, but this run streams its "
+                "training set. Resume with the same kind of dataset, or delete dapo_sampler_state.pt from the "
+                "checkpoint folder to restart the prompt stream."
+            )
+        self.epoch, self.position, self.consumed = int(state["epoch"]), int(state["position"]), int(state["consumed"])
+        self._iterator = None
+        self._restore = state

@@ -1,0 +1,170 @@
+"""The reward-function contract, checked where a broken reward is visible and named when it is not honoured.
+
+TRL calls each reward function as `func(prompts=..., completions=..., completion_ids=..., **columns)` and expects a
+list with one `float` (or `None`, "cannot score this one") per completion. A function that breaks this contract today
+fails deep inside TRL (`'float' object is not iterable`), or worse passes silently: `NaN` is read as "unscored",
+infinity or 1e30 turns every advantage of the batch into 0. This module:
+
+- checks the reward functions given to the trainer ([`check_reward_funcs`]): a class instead of an instance, a name
+  that TRL would try to load as a reward model, two functions with the same metric name;
+- checks one call's output ([`check_reward_output`]) and returns a message naming the function and what it returned;
+- wraps a function so its outputs are checked while TRL calls it ([`checked_reward`]); problems are collected rather
+  than raised, so that in a multi-process run every process can raise together after TRL's collective gather.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import numbers
+import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Largest reward magnitude accepted: float32 group statistics square the rewards (overflow near 1.8e19), and a reward
+# this large is a bug (an unscaled log-likelihood, a sentinel value) rather than a score.
+MAX_ABS_REWARD = 1e9
+
+
+def callable_name(func: Any) -> str:
+    """The name TRL logs a reward function under (`rewards/<name>/mean`)."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    config = getattr(func, "config", None)
+    if config is not None and hasattr(config, "_name_or_path"):
+        return str(config._name_or_path).split("/")[-1]
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def check_reward_funcs(reward_funcs: Any) -> None:
+    """
+    Refuse reward functions TRL would mishandle, with a message saying what to pass instead; warn about duplicated
+    names. Called before TRL sees them.
+    """
+    funcs = reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+    for i, func in enumerate(funcs):
+        if isinstance(func, type):
+            raise TypeError(
+                f"reward_funcs[{i}] is the class {func.__name__}, not a reward function: pass an instance, e.g. "
+                f"{func.__name__}()."
+            )
+        if isinstance(func, str) and "/" not in func and not os.path.isdir(func):
+            raise ValueError(
+                f"reward_funcs[{i}] is the string {func!r}. TRL loads a string as a reward *model* (a Hub id such as "
+                "'org/model' or a local folder), and no folder of that name exists. To use a reward function, pass "
+                "the callable itself (e.g. MathVerifierReward() or a function), not its name."
+            )
+        if not isinstance(func, str) and not callable(func):
+            raise TypeError(f"reward_funcs[{i}] is a {type(func).__name__}, which is not callable.")
+    names = [callable_name(f) if not isinstance(f, str) else f.split("/")[-1] for f in funcs]
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
+    if repeated:
+        logger.warning(
+            f"Several reward functions share the name(s) {repeated}: their `rewards/<name>/*` metrics and completion "
+            "table columns merge, and `dynamic_sampling_reward` cannot tell them apart. Give each a distinct "
+            "`__name__`."
+        )
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[float | None], str | None]:
+    """
+    Check one call's output against the contract.
+
+    Returns `(rewards, problem)`: the rewards as a list of `float | None` (all `None` when the output is unusable, so
+    the caller can continue to a collective point), and `None` or a message naming the function and the offence.
+
+    Example:
+    ```python
+    >>> check_reward_output("acc", [1, None, 0.5], 3)
+    ([1.0, None, 0.5], None)
+    >>> check_reward_output("acc", 1.0, 3)[1]
+    "reward function 'acc' returned a float (1.0), not a list with one reward per completion (3 expected)."
+
+    ```
+    """
+    blank: list[float | None] = [None] * num_rows
+    try:
+        values = list(output) if not isinstance(output, str | bytes | dict) else None
+    except TypeError:
+        values = None
+    if values is None:
+        return blank, (
+            f"reward function {name!r} returned a {type(output).__name__} ({_describe(output)}), not a list with one "
+            f"reward per completion ({num_rows} expected)."
+        )
+    if len(values) != num_rows:
+        return blank, (
+            f"reward function {name!r} returned {len(values)} rewards for {num_rows} completions: it must return "
+            "exactly one value (a float, or None when it cannot score a completion) per completion."
+        )
+    rewards: list[float | None] = []
+    for i, value in enumerate(values):
+        if value is None:
+            rewards.append(None)
+            continue
+        if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return blank, (
+                f"reward function {name!r} returned {_describe(value)} (a {type(value).__name__}) for completion "
+                f"{i}: rewards must be numbers, or None for a completion it cannot score."
+            )
+        value = float(value)
+        if math.isnan(value):
+            return blank, (
+                f"reward function {name!r} returned NaN for completion {i}. Return None for a completion that "
+                "cannot be scored (it is then left out of its group's baseline); NaN is ambiguous."
+            )
+        if math.isinf(value) or abs(value) > MAX_ABS_REWARD:
+            return blank, (
+                f"reward function {name!r} returned {value!r} for completion {i}: rewards must be finite and at "
+                f"most {MAX_ABS_REWARD:.0e} in magnitude (larger values overflow the float32 group statistics and "
+                "zero every advantage). Rescale the reward."
+            )
+        rewards.append(value)
+    return rewards, None
+
+
+def _is_async(func: Callable) -> bool:
+    while isinstance(func, functools.partial):
+        func = func.func
+    call = type(func).__call__ if not inspect.isfunction(func) else func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(call)
+
+
+def checked_reward(func: Callable, name: str, problems: list[str]) -> Callable:
+    """
+    `func` with its outputs checked by [`check_reward_output`]; a problem is appended to `problems` and the call
+    returns all-`None` rewards instead of raising, so the caller decides when to raise (after collectives).
+    """
+    if _is_async(func):
+
+        async def check_async(*args, completions, **kwargs):
+            output = await func(*args, completions=completions, **kwargs)
+            rewards, problem = check_reward_output(name, output, len(completions))
+            if problem:
+                problems.append(problem)
+            return rewards
+
+        check_async.__name__ = name
+        return check_async
+
+    def check(*args, completions, **kwargs):
+        output = func(*args, completions=completions, **kwargs)
+        rewards, problem = check_reward_output(name, output, len(completions))
+        if problem:
+            problems.append(problem)
+        return rewards
+
+    check.__name__ = name
+    return check

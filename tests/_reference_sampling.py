@@ -1,0 +1,190 @@
+"""
+Frozen copies of `RoundPlanner` and `PromptStream` as they were before pre-rollout skipping existed (main at bf5a471).
+
+`tests/test_prompt_history.py` drives these and the live classes with the same long random sequence of calls: with
+skipping disabled, the sampler must behave bit-identically to this reference. Do not edit (except to re-freeze on
+purpose, saying why in the commit).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+STRATEGIES = ("adaptive", "deficit", "fixed")
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class RoundPlanner:
+    """
+    Decides how many prompts each generation round asks for.
+
+    Strategies:
+    - `"adaptive"` (default): estimate the informative rate `p` from recent rounds (a Beta posterior whose counts decay
+      by `decay` per round, so it follows the policy as it improves) and ask for enough prompts that the round yields
+      the `needed` groups with high probability: the smallest `n` with `n p - z sqrt(n p (1 - p)) >= needed`. Mean rounds
+      per step stay near 1, where exact-deficit refill costs 2-3. Surplus groups are either carried to the next step
+      or discarded, depending on the trainer's `dynamic_sampling_carry_over`.
+    - `"deficit"`: ask for exactly the missing number of groups (the naive refill; many rounds per step).
+    - `"fixed"`: ask for `fixed_multiplier` times the target every round (verl's `gen_batch_size`).
+
+    Every size is rounded up to `granularity` (so rows split evenly over processes) and capped at `max_round_prompts`.
+
+    Args:
+        target_groups (`int`):
+            Groups the generation batch must hold.
+        strategy (`str`, *optional*, defaults to `"adaptive"`):
+            One of `"adaptive"`, `"deficit"`, `"fixed"`.
+        granularity (`int`, *optional*, defaults to `1`):
+            Round sizes are multiples of this.
+        max_round_prompts (`int`, *optional*):
+            Largest round; defaults to `8 * target_groups` (at an informative rate of 0.2, a 4x cap forces a
+            second round on most steps; `benchmarks/dynamic_sampling.py` measures it).
+        z (`float`, *optional*, defaults to `1.5`):
+            Safety margin, in binomial standard deviations, of the adaptive strategy.
+        prior_rate (`float`, *optional*, defaults to `0.5`), prior_strength (`float`, *optional*, defaults to `2.0`):
+            Beta prior on the informative rate (mean and pseudo-count).
+        decay (`float`, *optional*, defaults to `0.7`):
+            Weight kept by past rounds' counts at each update.
+        min_rate (`float`, *optional*, defaults to `0.02`):
+            Floor on the estimated rate, so a streak of empty rounds cannot ask for an unbounded round.
+        fixed_multiplier (`float`, *optional*, defaults to `3.0`):
+            Size of every round of the `"fixed"` strategy, in targets.
+    """
+
+    def __init__(
+        self,
+        target_groups: int,
+        *,
+        strategy: str = "adaptive",
+        granularity: int = 1,
+        max_round_prompts: int | None = None,
+        z: float = 1.5,
+        prior_rate: float = 0.5,
+        prior_strength: float = 2.0,
+        decay: float = 0.7,
+        min_rate: float = 0.02,
+        fixed_multiplier: float = 3.0,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}.")
+        if target_groups < 1 or granularity < 1:
+            raise ValueError("target_groups and granularity must be positive.")
+        if not 0.0 < prior_rate < 1.0 or not 0.0 < decay <= 1.0 or not 0.0 < min_rate <= 1.0:
+            raise ValueError("prior_rate must be in (0, 1), decay in (0, 1] and min_rate in (0, 1].")
+        self.target_groups = target_groups
+        self.strategy = strategy
+        self.granularity = granularity
+        self.max_round_prompts = round_up(max_round_prompts or 8 * target_groups, granularity)
+        self.z = z
+        self.prior_rate = prior_rate
+        self.prior_strength = prior_strength
+        self.decay = decay
+        self.min_rate = min_rate
+        self.fixed_multiplier = fixed_multiplier
+        self.generated = 0.0  # decayed count of groups generated
+        self.informative = 0.0  # decayed count of informative groups among them
+
+    @property
+    def rate(self) -> float:
+        """Posterior mean of the informative rate, floored at `min_rate`."""
+        alpha = self.prior_rate * self.prior_strength + self.informative
+        total = self.prior_strength + self.generated
+        return max(alpha / total, self.min_rate)
+
+    def next_round_size(self, needed: int) -> int:
+        """Prompts to generate this round when `needed` informative groups are still missing."""
+        if needed <= 0:
+            return 0
+        if self.strategy == "deficit":
+            size = needed
+        elif self.strategy == "fixed":
+            size = math.ceil(self.fixed_multiplier * self.target_groups)
+        else:
+            p = self.rate
+            # Smallest mean yield m = n p with m - z sqrt(m (1 - p)) >= needed (normal approximation to the binomial).
+            b = self.z * math.sqrt(1.0 - p)
+            sqrt_m = (b + math.sqrt(b * b + 4.0 * needed)) / 2.0
+            size = math.ceil(sqrt_m * sqrt_m / p)
+        return min(round_up(max(size, 1), self.granularity), self.max_round_prompts)
+
+    def update(self, generated: int, informative: int) -> None:
+        """Record a round's outcome."""
+        self.generated = self.decay * self.generated + generated
+        self.informative = self.decay * self.informative + informative
+
+    def state_dict(self) -> dict:
+        return {"generated": self.generated, "informative": self.informative}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generated = float(state["generated"])
+        self.informative = float(state["informative"])
+
+
+class PromptStream:
+    """
+    A shuffled, resumable stream of dataset indices.
+
+    Epoch `e` visits a permutation of `range(num_prompts)` drawn from `seed + e`, so no prompt repeats within an
+    epoch, every process draws the same sequence (same seed), and reaching the end wraps into the next epoch instead
+    of failing.
+
+    Example:
+    ```python
+    >>> stream = PromptStream(3, seed=0)
+    >>> first, second = stream.take(3), stream.take(3)
+    >>> sorted(first), sorted(second), stream.epoch
+    ([0, 1, 2], [0, 1, 2], 1)
+
+    ```
+    """
+
+    def __init__(self, num_prompts: int, *, seed: int = 0, shuffle: bool = True) -> None:
+        if num_prompts < 1:
+            raise ValueError("The training dataset is empty.")
+        self.num_prompts = num_prompts
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.cursor = 0
+        self.consumed = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        order = list(range(self.num_prompts))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
+
+    def take(self, n: int, *, skip: Callable[[int], bool] | None = None) -> list[int]:
+        """
+        Next `n` indices. `skip(index) -> True` passes over a prompt (e.g. a curriculum that retires solved prompts);
+        if a whole epoch passes without finding `n` eligible prompts, fewer are returned rather than looping forever.
+        """
+        out: list[int] = []
+        looked = 0
+        while len(out) < n and looked < self.num_prompts + n:
+            if self.cursor == self.num_prompts:
+                self.epoch += 1
+                self.cursor = 0
+                self._order = self._permutation(self.epoch)
+            index = self._order[self.cursor]
+            self.cursor += 1
+            looked += 1
+            if skip is None or not skip(index):
+                out.append(index)
+        self.consumed += len(out)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "cursor": self.cursor, "consumed": self.consumed, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["seed"] != self.seed:
+            raise ValueError(f"Checkpoint stream seed {state['seed']} differs from the run's seed {self.seed}.")
+        self.epoch, self.cursor, self.consumed = int(state["epoch"]), int(state["cursor"]), int(state["consumed"])
+        self._order = self._permutation(self.epoch)

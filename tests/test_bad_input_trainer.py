@@ -1,0 +1,195 @@
+"""Bad input reaching the trainer gets a clear error naming the culprit (the reward, the column, the file, the
+setting), or a defined result; never a silent wrong answer, a deep crash or a hang."""
+
+import logging
+import os
+
+import pytest
+import torch
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from datasets import Dataset
+
+from dapo_trl.dapo_trainer import SAMPLER_STATE_NAME
+from dapo_trl.reward_checks import check_reward_output
+
+pytestmark = pytest.mark.integration
+
+
+def make(tmp_path, reward=None, dataset=None, **overrides):
+    model, tokenizer = tiny_model_and_tokenizer()
+    rewards = reward if isinstance(reward, list) else [reward or ScriptedReward()]
+    return Recorder(
+        model=model,
+        reward_funcs=rewards,
+        args=config(tmp_path, **overrides),
+        train_dataset=dataset if dataset is not None else scripted_dataset(),
+        processing_class=tokenizer,
+    )
+
+
+# ---------------------------------------------------------------- class 1 and 4: rewards that are not rewards
+
+
+def reward_returning(value):
+    def bad_reward(completions, **kwargs):
+        return value(len(completions)) if callable(value) else value
+
+    return bad_reward
+
+
+@pytest.mark.parametrize(
+    "output,match",
+    [
+        (lambda n: [float("nan")] * n, "returned NaN"),
+        (lambda n: [float("inf")] * n, "must be finite"),
+        (lambda n: [-float("inf")] + [0.0] * (n - 1), "must be finite"),
+        (lambda n: [1e30] * n, "at most 1e"),
+        (lambda n: ["1.0"] * n, "rewards must be numbers"),
+        (1.0, "returned a float"),
+        (lambda n: [0.0] * (n - 1), "rewards for"),
+        (lambda n: {"reward": 1.0}, "returned a dict"),
+    ],
+)
+def test_a_reward_breaking_the_contract_is_named(tmp_path, output, match):
+    trainer = make(tmp_path, reward=reward_returning(output), max_steps=1)
+    with pytest.raises(ValueError, match=match) as error:
+        trainer.train()
+    assert "'bad_reward'" in str(error.value)
+
+
+def test_reward_output_check_accepts_numbers_none_and_zero_dim_tensors():
+    rewards, problem = check_reward_output("r", [1, None, 0.5, torch.tensor(2.0), True], 5)
+    assert problem is not None and "bool" in problem  # True is not a score
+    rewards, problem = check_reward_output("r", [1, None, 0.5, torch.tensor(2.0)], 4)
+    assert problem is None and rewards == [1.0, None, 0.5, 2.0]
+
+
+class RewardClass:
+    def __call__(self, completions, **kwargs):
+        return [0.0] * len(completions)
+
+
+def test_a_reward_class_or_a_reward_name_is_refused_at_construction(tmp_path):
+    with pytest.raises(TypeError, match="RewardClass.*pass an instance, e.g. RewardClass()"):
+        make(tmp_path, reward=RewardClass)
+    with pytest.raises(ValueError, match="'math_verifier'.*no folder of that name"):
+        make(tmp_path, reward="math_verifier")
+    with pytest.raises(TypeError, match="not callable"):
+        make(tmp_path, reward=[ScriptedReward(), 3])
+
+
+def test_reward_functions_with_the_same_name_are_named(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        make(tmp_path, reward=[ScriptedReward(), ScriptedReward()], dynamic_sampling_reward="total")
+    assert "share the name(s) ['scripted']" in caplog.text
+    with pytest.raises(ValueError, match="names several reward functions"):
+        make(tmp_path, reward=[ScriptedReward(), ScriptedReward()], dynamic_sampling_reward="scripted")
+
+
+# ---------------------------------------------------------------- class 3: data of the wrong shape
+
+
+def test_missing_prompt_column_and_empty_prompts_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"no 'prompt' column \(its columns are \['question', 'kind'\]\)"):
+        make(tmp_path, dataset=Dataset.from_dict({"question": ["q?"] * 8, "kind": ["mixed"] * 8}))
+    conversational = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "  "}]]
+    with pytest.raises(ValueError, match=r"1 empty prompts \(rows \[1\]\)"):
+        make(tmp_path, dataset=Dataset.from_dict({"prompt": conversational, "kind": ["mixed"] * 2}))
+
+
+def long_prompts(n=8, length=300):
+    return Dataset.from_dict(
+        {"prompt": [f"q{i}?" + "1+" * (length // 2) + "\n" for i in range(n)], "kind": ["mixed"] * n}
+    )
+
+
+def test_a_prompt_longer_than_the_context_is_refused_at_construction_naming_its_row(tmp_path):
+    dataset = Dataset.from_dict({"prompt": ["short\n", "1+" * 100 + "\n", "ok\n"], "kind": ["mixed"] * 3})
+    with pytest.raises(
+        ValueError, match=r"1 training prompts are longer than the model's context of 128 tokens \(row 1"
+    ):
+        make(tmp_path, dataset=dataset)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_max_prompt_length_cuts_long_prompts_on_the_chosen_side(tmp_path, side):
+    trainer = make(tmp_path, dataset=long_prompts(), max_steps=1, max_prompt_length=12, prompt_truncation_side=side)
+    trainer.train()
+    texts = trainer.processing_class.batch_decode(trainer.recorded[0]["prompt_ids"], skip_special_tokens=True)
+    assert all(len(t) <= 12 for t in texts)
+    assert all(t.endswith("\n") for t in texts) == (side == "left")  # "left" keeps the end of the prompt
+    assert trainer.state.log_history[0]["prompts/truncated_ratio"] == 1.0
+
+
+def test_prompt_truncation_side_error_refuses_long_prompts(tmp_path):
+    trainer = make(tmp_path, dataset=long_prompts(), max_steps=1, max_prompt_length=12, prompt_truncation_side="error")
+    with pytest.raises(ValueError, match="longer than max_prompt_length=12"):
+        trainer.train()
+
+
+# ---------------------------------------------------------------- class 5: checkpoints
+
+
+def checkpoint(tmp_path, steps=2, **overrides):
+    trainer = make(tmp_path / "run", max_steps=steps, save_strategy="steps", save_steps=steps, **overrides)
+    trainer.train()
+    return tmp_path / "run" / f"checkpoint-{steps}"
+
+
+@pytest.mark.parametrize("content", [b"", b"not a zip file", b"PK\x03\x04 truncated"])
+def test_a_garbage_sampler_state_names_the_file_and_the_way_out(tmp_path, content):
+    folder = checkpoint(tmp_path)
+    (folder / SAMPLER_STATE_NAME).write_bytes(content)
+    trainer = make(tmp_path / "again", max_steps=3)
+    with pytest.raises(ValueError, match=f"{SAMPLER_STATE_NAME} is not a readable dapo-trl state file.*Delete it"):
+        trainer.train(resume_from_checkpoint=str(folder))
+
+
+def test_a_foreign_sampler_state_is_named(tmp_path):
+    folder = checkpoint(tmp_path)
+    torch.save([1, 2, 3], folder / SAMPLER_STATE_NAME)
+    trainer = make(tmp_path / "again", max_steps=3)
+    with pytest.raises(ValueError, match="holds a list, not a dapo-trl state dict"):
+        trainer.train(resume_from_checkpoint=str(folder))
+
+
+def test_resuming_with_a_smaller_dataset_is_named(tmp_path):
+    folder = checkpoint(tmp_path)
+    trainer = make(tmp_path / "again", dataset=scripted_dataset(24), max_steps=3)
+    with pytest.raises(ValueError, match="training set of 48 prompts, but this run's has 24"):
+        trainer.train(resume_from_checkpoint=str(folder))
+
+
+def test_resuming_carried_groups_with_another_group_size_is_named(tmp_path):
+    folder = checkpoint(tmp_path, steps=1, dynamic_sampling_carry_over=True, dynamic_sampling_margin=6.0)
+    state = torch.load(folder / SAMPLER_STATE_NAME, weights_only=True)
+    assert state["carry"] is not None, "the test needs a checkpoint with carried groups"
+    trainer = make(tmp_path / "again", max_steps=3, num_generations=2, dynamic_sampling_carry_over=True)
+    with pytest.raises(ValueError, match="carries groups of 4 completions but this run uses num_generations=2"):
+        trainer.train(resume_from_checkpoint=str(folder))
+
+
+def test_resuming_without_the_sampler_state_restarts_the_stream_with_a_warning(tmp_path, caplog):
+    folder = checkpoint(tmp_path)
+    os.remove(folder / SAMPLER_STATE_NAME)
+    trainer = make(tmp_path / "again", max_steps=3)
+    with caplog.at_level(logging.WARNING):
+        trainer.train(resume_from_checkpoint=str(folder))
+    assert "restarts its prompt stream" in caplog.text
+
+
+# ---------------------------------------------------------------- class 9: never hang
+
+
+def none_reward(completions, **kwargs):
+    return [None] * len(completions)
+
+
+@pytest.mark.timeout(120)
+def test_following_the_underfill_advice_with_a_reward_that_scores_nothing_does_not_hang(tmp_path, caplog):
+    trainer = make(tmp_path, reward=none_reward, max_steps=2, dynamic_sampling_max_rounds=100000)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    rounds = [h["dynamic_sampling/rounds"] for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+    assert rounds == [1.0, 1.0]
+    assert "No completion of this batch could be scored" in caplog.text

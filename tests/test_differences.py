@@ -1,0 +1,184 @@
+"""Each row of the README's "Differences from GRPOTrainer" table, asserted, so the list cannot go stale."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from dapo_trl import DAPOConfig, DAPOTrainer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def listed_differences() -> list[int]:
+    text = README.read_text()
+    section = text[text.index("## Differences from GRPOTrainer") :]
+    section = section[: section.index("\n## ", 5)]
+    return [int(n) for n in re.findall(r"^\| (\d+) \|", section, flags=re.M)]
+
+
+def test_every_listed_difference_has_a_test():
+    tested = sorted(int(name.split("_")[2]) for name in globals() if name.startswith("test_difference_"))
+    assert listed_differences() == tested
+
+
+def make(tmp_path, cls=Recorder, dataset=None, reward=None, **overrides):
+    model, tokenizer = tiny_model_and_tokenizer()
+    return cls(
+        model=model,
+        reward_funcs=[reward or ScriptedReward()],
+        args=config(tmp_path, **overrides),
+        train_dataset=dataset if dataset is not None else scripted_dataset(),
+        processing_class=tokenizer,
+    )
+
+
+def test_difference_1_defaults_and_converted_grpo_config(tmp_path):
+    defaults = DAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    assert (defaults.epsilon_high, defaults.num_generations, defaults.lr_scheduler_type) == (
+        0.28,
+        16,
+        "constant_with_warmup",
+    )
+    grpo = GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=4, per_device_train_batch_size=8
+    )
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = DAPOTrainer(
+        model=model,
+        reward_funcs=ScriptedReward(),
+        args=grpo,
+        train_dataset=scripted_dataset(),
+        processing_class=tokenizer,
+    )
+    assert trainer.args.num_generations == 4 and trainer.args.dynamic_sampling and trainer.args.overlong_shaping
+
+
+def test_difference_2_accumulation_must_divide_the_generation_cycle(tmp_path):
+    with pytest.raises(ValueError, match="multiple of gradient_accumulation_steps"):
+        config(tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2)
+
+
+@pytest.mark.integration
+def test_difference_3_prompts_come_from_the_stream_not_the_dataloader(tmp_path):
+    trainer = make(tmp_path, max_steps=2)
+    seen = []
+    original = trainer._dynamic_sampling_batch
+
+    def spy():
+        seen.append(trainer._prompts.consumed)
+        return original()
+
+    trainer._dynamic_sampling_batch = spy
+    trainer.train()
+    consumed = [h["dynamic_sampling/prompts_consumed"] for h in trainer.state.log_history if "loss" in h]
+    assert consumed[-1] > 2 * trainer._ds_target  # refills drew more prompts than the dataloader paced
+    assert seen[0] == 0
+
+
+@pytest.mark.integration
+def test_difference_4_generation_calls_hold_at_most_one_batch_and_maybe_fewer(tmp_path, monkeypatch):
+    sizes = []
+    original = GRPOTrainer._generate_and_score_completions
+
+    def spy(self, inputs):
+        sizes.append(len(inputs))
+        return original(self, inputs)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", spy)
+    dataset = scripted_dataset(48, kinds=("mixed", "easy", "hard"))
+    make(tmp_path, dataset=dataset, max_steps=2, dynamic_sampling_round_sizing="deficit").train()
+    batch = config(tmp_path).generation_batch_size
+    assert max(sizes) <= batch and min(sizes) < batch
+
+
+class LengthPenalised(Recorder):
+    """A stand-in length penalty that differs within every group, as completion lengths would."""
+
+    def build_overlong_penalty(self):
+        return lambda completions, **kwargs: [-0.1 * (i % 3) for i in range(len(completions))]
+
+
+@pytest.mark.integration
+def test_difference_5_advantages_include_the_overlong_penalty(tmp_path):
+    advantages = {}
+    for cls in (Recorder, LengthPenalised):
+        trainer = make(tmp_path / cls.__name__, cls=cls, max_steps=1, overlong_shaping=cls is LengthPenalised)
+        torch.manual_seed(0)
+        trainer.train()
+        advantages[cls] = torch.cat([b["advantages"] for b in trainer.recorded])
+        assert trainer.reward_func_names == ["scripted"]  # the penalty is not a reward function
+    assert not torch.allclose(advantages[Recorder], advantages[LengthPenalised])
+
+
+@pytest.mark.integration
+def test_difference_6_metrics_are_merged_per_batch_and_added(tmp_path):
+    trainer = make(tmp_path, max_steps=1, dynamic_sampling_round_sizing="deficit")
+    trainer.train()
+    history = trainer.state.log_history[0]
+    for key in ("dynamic_sampling/rounds", "overlong/penalty_mean", "token_prob/mean", "accuracy"):
+        assert key in history
+    assert history["dynamic_sampling/rounds"] > 1  # several calls, one merged value each
+    assert isinstance(history["reward"], float)
+
+
+def nan_reward(completions, **kwargs):
+    return [float("nan")] * len(completions)
+
+
+class RewardClass:
+    def __call__(self, completions, **kwargs):
+        return [0.0] * len(completions)
+
+
+@pytest.mark.integration
+def test_difference_7_broken_rewards_are_named(tmp_path):
+    with pytest.raises(ValueError, match="'nan_reward' returned NaN"):
+        make(tmp_path, reward=nan_reward, max_steps=1).train()
+    with pytest.raises(TypeError, match="pass an instance"):
+        make(tmp_path, reward=RewardClass)
+    with pytest.raises(ValueError, match="no folder of that name"):
+        make(tmp_path, reward="accuracy")
+
+
+@pytest.mark.integration
+def test_difference_8_small_training_sets(tmp_path):
+    trainer = make(tmp_path, dataset=scripted_dataset(1, kinds=("mixed",)), max_steps=1)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    with pytest.raises(ValueError, match="train 0 steps"):
+        make(tmp_path, dataset=scripted_dataset(1), dynamic_sampling=False)
+
+
+def test_difference_9_prompt_column_and_empty_prompts(tmp_path):
+    with pytest.raises(ValueError, match="no 'prompt' column"):
+        make(tmp_path, dataset=Dataset.from_dict({"question": ["q?"] * 8, "kind": ["mixed"] * 8}))
+    with pytest.raises(ValueError, match=r"2 empty prompts \(rows \[1, 3\]\)"):
+        make(tmp_path, dataset=Dataset.from_dict({"prompt": ["a", "", "b", " "], "kind": ["mixed"] * 4}))
+
+
+def test_difference_10_vision_language_models_refused_with_dynamic_sampling():
+    import inspect
+
+    from dapo_trl import dapo_trainer
+
+    assert "does not support vision-language models" in inspect.getsource(dapo_trainer.DAPOTrainer)
+
+
+@pytest.mark.integration
+def test_difference_11_checkpoints_hold_sampler_state_and_half_used_batches(tmp_path):
+    trainer = make(
+        tmp_path,
+        max_steps=1,
+        steps_per_generation=2,
+        gradient_accumulation_steps=1,
+        save_strategy="steps",
+        save_steps=1,
+    )
+    trainer.train()
+    files = {p.name for p in (tmp_path / "checkpoint-1").iterdir()}
+    assert {"dapo_sampler_state.pt", "dapo_generation_buffer_rank0.pt"} <= files
