@@ -66,7 +66,12 @@ class DomainQAScriptArguments(ScriptArguments):
     eval_dataset_name: str | None = field(
         default=None, metadata={"help": "Held-out questions. Default: the demo's test set when training on its set."}
     )
-    instruction: str = field(default=INSTRUCTION, metadata={"help": "Paragraph before each question ('' for none)."})
+    instruction: str | None = field(
+        default=None,
+        metadata={
+            "help": "Paragraph before each question ('' for none). Default: INSTRUCTION, none for the CPU demo."
+        },
+    )
     system_prompt: str | None = field(default=None, metadata={"help": "Optional system message."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
     eval_max_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N questions."})
@@ -88,7 +93,6 @@ CPU_DEMO: dict = {
     "logging_steps": 10,
     "save_strategy": "no",
     "log_completions": False,
-    "instruction": "",
     # rollout: 16 prompts x 8 samples per generation batch, 4 updates of 32 rows each
     "max_steps": 200,
     "num_generations": 8,
@@ -121,6 +125,8 @@ def parse_args(argv: list[str] | None = None):
 def main(argv: list[str] | None = None) -> dict:
     script_args, training_args, model_args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if script_args.instruction is None:  # the demo's tiny model has a 128-token context: no instruction paragraph
+        script_args.instruction = INSTRUCTION if model_args.model_name_or_path else ""
     train_set, eval_set = load_data(script_args)
     if model_args.model_name_or_path is None:
         return run_demo(script_args, training_args, train_set, eval_set)

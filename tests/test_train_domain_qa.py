@@ -73,7 +73,7 @@ def test_demo_trains_end_to_end_and_filters_on_the_answer_reward(tmp_path, monke
     summary = train_domain_qa.main(
         [
             "--output_dir", str(out), "--use_cpu", "--bf16", "false", "--gradient_checkpointing", "false",
-            "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--instruction", "",
+            "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1",
             "--max_steps", "2", "--num_generations", "4", "--per_device_train_batch_size", "16",
             "--steps_per_generation", "1", "--max_completion_length", "40", "--learning_rate", "1e-4",
             "--warmup_steps", "0", "--dynamic_sampling_reward", "multiple_choice", "--dynamic_sampling_max_rounds", "3",
