@@ -78,7 +78,7 @@ class DomainQAScriptArguments(ScriptArguments):
     eval_k: int = field(default=4, metadata={"help": "Sampled answers per held-out question."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Evaluation temperature."})
     # CPU demo only
-    demo_sft_steps: int = field(default=900, metadata={"help": "Demo: supervised warm-up steps."})
+    demo_sft_steps: int = field(default=600, metadata={"help": "Demo: supervised warm-up steps."})
 
 
 # The embedded CPU default.
@@ -109,7 +109,7 @@ CPU_DEMO: dict = {
     "learning_rate": 1e-4,
     "lr_scheduler_type": "constant",
     "warmup_steps": 0,
-    "demo_sft_steps": 900,
+    "demo_sft_steps": 600,
     "eval_k": 4,
 }
 
