@@ -118,6 +118,8 @@ def test_vanishing_signal_with_dynamic_sampling_names_too_easy_data():
     found = DETECTORS["vanishing_signal"](h, T)
     assert found is not None and "10%" in found.symptom
     assert "too easy" in found.advice and "dynamic_sampling_max_rounds" not in found.advice
+    assert "dynamic_sampling_skip" in found.advice  # the remedy for groups that are always solved
+    assert "dynamic_sampling_skip" not in DETECTORS["vanishing_signal"](h, T, {"dynamic_sampling_skip": True}).advice
 
 
 def test_vanishing_signal_on_underfilled_batches_names_max_rounds():

@@ -307,7 +307,7 @@ def detect_vanishing_signal(history: History, t: DiagnosticThresholds, settings:
             f"{steps[0]}-{steps[-1]} ({means.get('rounds', math.nan):.2g} generation rounds per batch, "
             f"{means.get('underfilled', 0.0):.0%} of batches underfilled)"
         )
-        advice = _data_advice(means)
+        advice = _data_advice(means, settings)
         if underfilled:
             advice += f"; or raise {_setting(settings, 'dynamic_sampling_max_rounds')} to fill the batches"
         return Diagnosis("vanishing_signal", steps[-1], symptom, advice, means)
@@ -326,16 +326,19 @@ def detect_vanishing_signal(history: History, t: DiagnosticThresholds, settings:
     return Diagnosis("vanishing_signal", steps[-1], symptom, advice, {"frac_reward_zero_std": _mean(zero_std)})
 
 
-def _data_advice(means: Mapping[str, float]) -> str:
+def _data_advice(means: Mapping[str, float], settings: Any) -> str:
     correct, wrong = means.get("all_correct_frac"), means.get("all_wrong_frac")
+    steps = []
     if correct is not None and wrong is not None and correct != wrong:
         which = "all correct (too easy)" if correct > wrong else "all wrong (too hard)"
-        share = max(correct, wrong)
-        return (
-            f"{share:.0%} of the groups were {which}: match the data's difficulty to the model (drop solved or "
-            "unsolvable prompts, e.g. with DAPOTrainer.skip_prompt), or raise num_generations"
+        steps.append(f"{max(correct, wrong):.0%} of the groups were {which}")
+    if not _value(settings, "dynamic_sampling_skip"):
+        steps.append(
+            "turn on dynamic_sampling_skip to pass over prompts whose recent groups were all correct or all wrong"
         )
-    return "Match the data's difficulty to the model, or raise num_generations"
+    steps.append("match the data's difficulty to the model, or raise num_generations")
+    text = "; ".join(steps)
+    return text[0].upper() + text[1:]
 
 
 def _length_trend(history: History, t: DiagnosticThresholds) -> dict[str, Any] | None:
