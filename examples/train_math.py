@@ -17,8 +17,10 @@ CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model Qwen/Qwen2.5-7B &
 CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6 accelerate launch --config_file configs/accelerate/zero2.yaml --num_processes 7 \
     examples/train_math.py --config configs/dapo_qwen2.5_7b.yaml
 ```
-Multi-node: add `--num_machines N --machine_rank R --main_process_ip HOST` to `accelerate launch` and point
-`vllm_server_host` at the server.
+Multi-node: `python -m dapo_trl.launch slurm|env ... examples/train_math.py ...` on every node builds the
+`accelerate launch --num_machines N --machine_rank R --main_process_ip HOST ...` line from the scheduler's variables;
+examples/slurm/ and examples/kubernetes/ are complete recipes (vLLM server on its own node, `--auto_resume true` so
+that a preempted run restarts from its newest complete checkpoint).
 
 Departures from the paper in the CPU demo (the GPU configs follow §4.1): a 0.4M-parameter model instead of
 Qwen2.5-32B, a synthetic task instead of DAPO-Math-17k, a supervised warm-up first (from random weights every group
@@ -233,8 +235,8 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
 def finish(trainer: DAPOTrainer, summary: dict) -> None:
     """Save the model, the metrics log, the curves and the summary; print the summary on one screen."""
     out = trainer.args.output_dir
-    trainer.save_model(out)
-    if not trainer.accelerator.is_main_process:
+    trainer.save_model(out)  # every process calls it (ZeRO-3 gathers the weights); the Trainer writes once
+    if not trainer.accelerator.is_main_process:  # the global main only: the nodes may share one filesystem
         return
     save_log_history(trainer.state.log_history, os.path.join(out, "metrics.jsonl"))
     try:

@@ -38,6 +38,34 @@ def test_overridden_trl_methods_keep_their_signature(name):
     assert name in DAPOTrainer.__dict__, f"DAPOTrainer no longer overrides {name}"
 
 
+# transformers Trainer method -> the parameters PreemptionMixin's override passes on or relies on
+MIXIN_OVERRIDDEN = {
+    "train": ["self", "resume_from_checkpoint", "trial", "ignore_keys_for_eval"],
+    "_get_output_dir": ["self", "trial"],
+    "_save_checkpoint": ["self", "model", "trial"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXIN_OVERRIDDEN))
+def test_preemption_mixin_overrides_keep_their_signature(name):
+    from transformers import Trainer
+
+    from dapo_trl.preemption import PreemptionMixin
+
+    assert list(inspect.signature(getattr(Trainer, name)).parameters) == MIXIN_OVERRIDDEN[name], name
+    assert name in PreemptionMixin.__dict__
+    assert DAPOTrainer.__mro__.index(PreemptionMixin) < DAPOTrainer.__mro__.index(GRPOTrainer)
+
+
+def test_checkpoints_are_written_under_the_output_dir_the_mixin_redirects():
+    """PreemptionMixin stages a checkpoint by redirecting `_get_output_dir`: Trainer must build its path from it."""
+    from transformers import Trainer
+
+    source = inspect.getsource(Trainer._save_checkpoint)
+    assert "run_dir = self._get_output_dir(trial=trial)" in source
+    assert "output_dir = os.path.join(run_dir, checkpoint_folder)" in source
+
+
 def test_trl_loss_normaliser_formula_is_the_one_inverted():
     """`trl_num_items_for_exact_normalizer` inverts this exact expression of GRPOTrainer._compute_loss."""
     source = inspect.getsource(GRPOTrainer._compute_loss)

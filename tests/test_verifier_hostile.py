@@ -5,6 +5,7 @@ whether it is made from the main thread, a worker thread, or a worker process (f
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -274,6 +275,19 @@ def test_shutdown_leaves_no_processes():
         _assert_pid_gone(pid)
     assert _verify_pool._POOL is None
     assert verify("\\sqrt{8}", "2\\sqrt{2}")  # and it restarts lazily
+
+
+def test_pool_outlives_preemption_signals():
+    """SLURM signals every process of a job step: the pool must keep scoring while the caller finishes its rollout."""
+    pool = _verify_pool.get_pool(1)
+    pool.warm_up(1)
+    pids = pool.pids()
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGUSR1)
+    time.sleep(0.5)
+    assert all(_alive(pid) for pid in pids)
+    assert pool.pids() == pids and verify("\\sqrt{8}", "2\\sqrt{2}", timeout_s=30)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux-only")

@@ -10,6 +10,8 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
   decisions, for subclasses that override the trainer's extension points.
 - [`SkipPolicy`], [`PromptHistory`]: pre-rollout skipping of prompts whose recent groups were all zero-variance.
 - [`clipped_surrogate`], [`token_level_mean`], [`sequence_level_mean`], [`dapo_loss`]: the objective as pure functions.
+- [`PreemptionCallback`], [`PreemptionMixin`], [`latest_complete_checkpoint`]: preemption-safe training for any
+  transformers `Trainer` (built into DAPOTrainer).
 - [`DiagnosticsCallback`], [`add_diagnostics`], [`diagnose`], [`DiagnosticThresholds`], [`Diagnosis`]: live diagnosis
   of GRPO's failure modes from the logged metrics.
 - [`MultipleChoiceReward`], [`extract_choice`], [`load_choice_dataset`]: multiple-choice questions (a domain beyond
@@ -50,6 +52,9 @@ _EXPORTS = {
     "token_level_mean": "loss",
     "sequence_level_mean": "loss",
     "dapo_loss": "loss",
+    "PreemptionCallback": "preemption",
+    "PreemptionMixin": "preemption",
+    "latest_complete_checkpoint": "preemption",
     "DiagnosticsCallback": "diagnostics",
     "DiagnosticThresholds": "diagnostics",
     "Diagnosis": "diagnostics",
@@ -67,6 +72,8 @@ __all__ = [
     "MathVerifierReward",
     "OverlongPenalty",
     "PromptHistory",
+    "PreemptionCallback",
+    "PreemptionMixin",
     "PromptStream",
     "RoundPlanner",
     "SelectionPlan",
@@ -77,6 +84,7 @@ __all__ = [
     "dapo_loss",
     "extract_answer",
     "is_truncated",
+    "latest_complete_checkpoint",
     "plan_selection",
     "sequence_level_mean",
     "soft_overlong_penalty",
@@ -115,6 +123,7 @@ if TYPE_CHECKING:
     from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
     from .math_answer import extract_answer, score_completion, verify, verify_batch
     from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
+    from .preemption import PreemptionCallback, PreemptionMixin, latest_complete_checkpoint
     from .prompt_history import PromptHistory, SkipPolicy
     from .rewards import MathVerifierReward
     from .sampling import (

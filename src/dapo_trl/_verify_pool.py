@@ -300,7 +300,11 @@ def zygote_main(ctrl_fd: str, module: str, function: str) -> None:
     import importlib
 
     sys.stdout = sys.stderr  # nothing a library prints may reach the caller's stdout
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the caller, which stops us through the socket
+    # Ctrl-C and preemption signals are for the caller, which stops us through the socket. SLURM signals every process
+    # of a job step and torch's launcher the training process's whole group: a preempted caller still scores the
+    # rest of its rollout before it saves, so the pool must outlive the signal. Forked workers inherit this.
+    for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
     ctrl = socket.socket(fileno=int(ctrl_fd))
     from .math_symbolic import warm_up
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
 from ._validate import check_settings
+from .preemption import STOP_POINTS
 from .sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
 TRUNCATION_SIDES = ("left", "right", "error")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,6 +108,23 @@ class DAPOConfig(GRPOConfig):
             Highest probability of skipping a prompt, in `[0, 1)`: a skipped prompt keeps at least
             `1 - dynamic_sampling_skip_max_prob` chance to be generated each time the stream reaches it, so prompts
             that become learnable are found again. `0.0` never skips.
+
+        > Preemption and restarts (see `dapo_trl.preemption`)
+
+        preemption_handling (`bool`, *optional*, defaults to `True`):
+            On SIGTERM or SIGUSR1, finish the current optimizer step (see `preemption_stop_at`), save a complete checkpoint
+            (model, optimizer, scheduler, RNG, dynamic-sampling state; even with `save_strategy="no"`) and exit with
+            code 75. All processes stop at the same step even when only some received the signal.
+        preemption_stop_at (`str`, *optional*, defaults to `"step"`):
+            `"step"`: stop after the current optimizer step; a checkpoint taken in the middle of a rollout keeps the
+            rollout's unused micro-batches, so the resumed run matches an uninterrupted one exactly. `"rollout"`: stop
+            once the current generation round's updates are done (up to `steps_per_generation * num_iterations /
+            gradient_accumulation_steps` optimizer steps later: 16 in the paper's recipe, longer than a typical
+            preemption notice).
+        auto_resume (`bool`, *optional*, defaults to `False`):
+            `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
+            `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
+            restarts with the same command. Checkpoints are published atomically either way.
 
         > Diagnostics
 
@@ -223,6 +244,23 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Highest skip probability, in [0, 1): a skipped prompt keeps a chance to be drawn again."},
     )
 
+    # Preemption and restarts
+    preemption_handling: bool = field(
+        default=True,
+        metadata={"help": "On SIGTERM/SIGUSR1: finish the current step, save a checkpoint, exit with code 75."},
+    )
+    preemption_stop_at: str = field(
+        default="step",
+        metadata={
+            "help": "Where a preempted run stops: 'step' or 'rollout' (both resume exactly).",
+            "choices": STOP_POINTS,
+        },
+    )
+    auto_resume: bool = field(
+        default=False,
+        metadata={"help": "Resume from the newest complete checkpoint in output_dir when there is one."},
+    )
+
     # Diagnostics
     diagnostics: bool = field(
         default=True,
@@ -238,6 +276,7 @@ class DAPOConfig(GRPOConfig):
         self._check_token_normalizer()
         self._check_prompt_length()
         self._check_dynamic_sampling_skip()
+        self._check_preemption()
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -336,4 +375,24 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(
                 "dynamic_sampling_skip=True passes over prompts drawn by dynamic sampling's prompt stream, but "
                 "dynamic_sampling=False. Set dynamic_sampling=True, or dynamic_sampling_skip=False."
+            )
+
+    def _check_preemption(self) -> None:
+        if self.preemption_stop_at not in STOP_POINTS:
+            raise ValueError(f"preemption_stop_at must be one of {STOP_POINTS}, got {self.preemption_stop_at!r}.")
+        if self.preemption_handling and self.enable_jit_checkpoint:
+            raise ValueError(
+                "preemption_handling and transformers' enable_jit_checkpoint both handle SIGTERM. Keep "
+                "preemption_handling (all processes stop at the same step, checkpoints are published atomically) and "
+                "set enable_jit_checkpoint=False, or set preemption_handling=False."
+            )
+        if self.auto_resume and self.save_only_model:
+            raise ValueError(
+                "auto_resume=True with save_only_model=True: such checkpoints hold no optimizer, scheduler or RNG "
+                "state, so a resumed run would not continue the interrupted one. Set save_only_model=False."
+            )
+        if self.preemption_handling and self.save_only_model:
+            logger.warning(
+                "save_only_model=True: the checkpoint saved on preemption holds only the model (no optimizer, scheduler "
+                "or RNG state), so a restart cannot continue the run exactly."
             )

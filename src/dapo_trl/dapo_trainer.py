@@ -13,6 +13,7 @@ TRL private method:
 | `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio)  |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
 | `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state and a half-used generation batch |
+| `train`, `_get_output_dir` (`PreemptionMixin`) | auto-resume, preemption handling, checkpoints published atomically  |
 
 `tests/test_trl_compat.py` pins the signatures of these TRL methods, so a TRL release that changes one fails loudly.
 """
@@ -44,6 +45,7 @@ from .dapo_config import DAPOConfig
 from .diagnostics import add_diagnostics
 from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_normalizer, window_token_counts
 from .overlong import OverlongPenalty, is_truncated
+from .preemption import PreemptionMixin
 from .prompt_history import SkipPolicy
 from .prompt_source import DatasetPrompts, StreamPrompts
 from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
@@ -55,7 +57,7 @@ SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
 BUFFER_STATE_NAME = "dapo_generation_buffer_rank{rank}.pt"
 
 
-class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
+class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     """
     Trainer for DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization.
 
@@ -740,12 +742,12 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     # ------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        self._save_generation_buffer(folder)
-        if not self._ds_active or not self.args.should_save:
-            return
-        torch.save(self.sampler_state_dict(), os.path.join(folder, SAMPLER_STATE_NAME))
+        with self.staged_checkpoint(trial):  # every file must be inside before the checkpoint is published
+            super()._save_checkpoint(model, trial)
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            self._save_generation_buffer(folder)
+            if self._ds_active and self.args.should_save:
+                torch.save(self.sampler_state_dict(), os.path.join(folder, SAMPLER_STATE_NAME))
 
     def _save_generation_buffer(self, folder: str) -> None:
         """

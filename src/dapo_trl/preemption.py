@@ -1,0 +1,390 @@
+"""Preemption-safe training: stop cleanly on a signal, publish only complete checkpoints, resume from the newest one.
+
+Spot instances and Kubernetes send SIGTERM a minute or two before they take a machine back; SLURM can send SIGUSR1
+before a job's time limit (`#SBATCH --signal`). transformers' Trainer installs no handler for either, so a preempted
+run dies at once and keeps only its last periodic checkpoint. Three pieces fix that, for any transformers `Trainer`
+(TRL's `GRPOTrainer` included; [`DAPOTrainer`] has all three built in):
+
+- [`PreemptionCallback`]: on the signal, finish the current rollout (or optimizer step), save a checkpoint, and stop.
+  A signal may reach only some processes (one node reclaimed, one launcher signalled), so every process contributes
+  its flag to an all-reduce at each step end and they all stop at the same step; the all-reduce moves one number.
+- [`PreemptionMixin`]: writes each checkpoint into `.partial-checkpoint-N/` and renames it to `checkpoint-N` only once
+  every process has written its part, so a second signal, a `SIGKILL` at the end of the grace period or a crash
+  during the save can leave a partial folder but never a `checkpoint-N` that is incomplete. It also resumes from the
+  newest complete checkpoint when `auto_resume` is set, and installs the callback when `preemption_handling` is.
+- [`latest_complete_checkpoint`]: the newest `checkpoint-N` of a run folder that is complete.
+
+Exit codes: a training process stopped by a preemption signal exits with [`PREEMPTION_EXIT_CODE`] (75,
+`EX_TEMPFAIL`: "temporary failure, retry"). Under `accelerate launch` / `torchrun`, the launcher itself exits with
+`128 + signal` (143 for SIGTERM, 138 for SIGUSR1) when it received the signal (it forwards it to its training
+processes and waits for them up to `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds), or with 1 when only its training
+processes were signalled (the log names exit code 75).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+import shutil
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+logger = logging.getLogger(__name__)
+
+PREEMPTION_EXIT_CODE = 75
+"""Exit code of a training process that saved a checkpoint and stopped because of a preemption signal."""
+
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1")
+STOP_POINTS = ("rollout", "step")
+PARTIAL_PREFIX = ".partial-"
+TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
+_JIT_INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"  # how transformers' JIT checkpointing marks a partial save
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+# ---------------------------------------------------------------------------------------------------- checkpoints
+
+
+def is_complete_checkpoint(path: str | os.PathLike) -> bool:
+    """
+    Whether a checkpoint folder was completely written.
+
+    A folder published by [`PreemptionMixin`] is complete by construction (it is renamed into place last); for folders
+    written by a plain transformers `Trainer`, which writes `trainer_state.json` after the model, optimizer, scheduler
+    and RNG files, its presence is the test.
+    """
+    path = os.fspath(path)
+    return os.path.isfile(os.path.join(path, TRAINER_STATE_NAME)) and not os.path.exists(
+        os.path.join(path, _JIT_INCOMPLETE_MARKER)
+    )
+
+
+def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """
+    The newest complete `checkpoint-N` folder of `output_dir` (highest `N`), or `None` when there is none.
+
+    Partially written checkpoints are skipped with a warning: `.partial-checkpoint-N` folders (a save that did not
+    finish) never match, and a `checkpoint-N` without `trainer_state.json` is passed over for the next older one.
+    """
+    output_dir = os.fspath(output_dir)
+    if not os.path.isdir(output_dir):
+        return None
+    steps = []
+    for name in os.listdir(output_dir):
+        match = _CHECKPOINT_RE.match(name)
+        if match and os.path.isdir(os.path.join(output_dir, name)):
+            steps.append((int(match.group(1)), name))
+        elif name.startswith(PARTIAL_PREFIX):
+            logger.warning(f"Ignoring {os.path.join(output_dir, name)}: a checkpoint save that did not finish.")
+    for _, name in sorted(steps, reverse=True):
+        path = os.path.join(output_dir, name)
+        if is_complete_checkpoint(path):
+            return path
+        logger.warning(f"Ignoring {path}: incomplete (no {TRAINER_STATE_NAME}); trying older checkpoints.")
+    return None
+
+
+def steps_per_rollout(args) -> int:
+    """
+    Optimizer steps between two generation rounds of a GRPO-style trainer (1 for any other trainer).
+
+    TRL generates once every `steps_per_generation * num_iterations` micro-batches and restarts that count at 0 when
+    it resumes, so a checkpoint taken on this boundary resumes exactly where the uninterrupted run would have been;
+    one taken inside the window makes the resumed run regenerate the rest of the rollout.
+    """
+    per_generation = getattr(args, "steps_per_generation", None)
+    if not per_generation:
+        return 1
+    cycle = per_generation * (getattr(args, "num_iterations", 1) or 1)  # micro-batches per rollout
+    return cycle // math.gcd(cycle, args.gradient_accumulation_steps)
+
+
+# ---------------------------------------------------------------------------------------------------- the callback
+
+
+class PreemptionCallback(TrainerCallback):
+    """
+    Stops training cleanly on a preemption signal: finish the current rollout (or optimizer step), save a
+    checkpoint, stop, and exit with [`PREEMPTION_EXIT_CODE`].
+
+    The signal handler only records the signal. At each optimizer step end every process all-reduces its flag (a
+    collective of one number, so all processes stop at the same step even when the signal reached only some), and at
+    the first step end where the flag is set and the stop point is reached the callback asks the Trainer to save a
+    checkpoint (through its normal `_save_checkpoint`, so every process writes its share: RNG states, sharded
+    optimizer states) and to stop. Evaluation that would run at that step is skipped. A second signal is logged and
+    ignored (the save goes on; an orchestrator's final `SIGKILL` is what ends a save that takes too long, and
+    [`PreemptionMixin`] makes sure that leaves no incomplete `checkpoint-N`).
+
+    Time from the signal to the exit: the rest of the current rollout (`stop_at="rollout"`) or optimizer step
+    (`"step"`), plus the save. Give the orchestrator a grace period above that (Kubernetes
+    `terminationGracePeriodSeconds`, SLURM `--signal=...@seconds`).
+
+    With a plain `GRPOTrainer`, pass it in `callbacks=[PreemptionCallback()]` (checkpoints are then published by
+    transformers directly, not atomically; use [`PreemptionMixin`] for that).
+
+    Args:
+        signals (`Sequence[str]`, *optional*, defaults to `("SIGTERM", "SIGUSR1")`):
+            Names of the signals that mean "save and stop" (names the platform lacks are skipped).
+        stop_at (`str`, *optional*, defaults to `"rollout"`):
+            `"rollout"`: stop at the end of the current generation round's updates (`steps_per_generation *
+            num_iterations` micro-batches), so that the resumed run continues exactly like an uninterrupted one.
+            `"step"`: stop after the current optimizer step (faster when a rollout has many updates; the resumed run
+            regenerates the remainder of the interrupted rollout instead of reusing it).
+        exit_code (`int` or `None`, *optional*, defaults to `75`):
+            Exit the process with this code at the end of `train()` when training stopped for a signal (the callback
+            raises `SystemExit` in `on_train_end`, so add it after callbacks that must see that event). `None`: do not
+            exit; check [`preempted`] after `train()` returns.
+    """
+
+    def __init__(
+        self,
+        *,
+        signals: Sequence[str] = PREEMPTION_SIGNALS,
+        stop_at: str = "rollout",
+        exit_code: int | None = PREEMPTION_EXIT_CODE,
+    ):
+        if stop_at not in STOP_POINTS:
+            raise ValueError(f"PreemptionCallback(stop_at={stop_at!r}): choose one of {STOP_POINTS}.")
+        self.signals = tuple(signals)
+        self.stop_at = stop_at
+        self.exit_code = exit_code
+        self.received: int | None = None  # first signal this process received
+        self.stopped_at_step: int | None = None  # global step at which training stopped for a signal
+        self._start_step = 0
+        self._previous: dict[int, object] = {}
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the last `train()` stopped because of a preemption signal (after saving a checkpoint)."""
+        return self.stopped_at_step is not None
+
+    # -------------------------------------------------------------------------------- signal handlers
+
+    def install(self) -> None:
+        """Install the signal handlers (done at `on_train_begin`; a no-op outside the main thread, with a warning)."""
+        if self._previous:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("Preemption handling is off: signal handlers can only be installed from the main thread.")
+            return
+        for name in self.signals:
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def uninstall(self) -> None:
+        """Restore the handlers that were there before [`install`]."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None:
+            logger.warning(f"{name} received again: already stopping; the checkpoint save is not interrupted.")
+            return
+        self.received = signum
+        point = "rollout" if self.stop_at == "rollout" else "optimizer step"
+        logger.warning(f"{name} received: training stops at the end of the current {point} and saves a checkpoint.")
+
+    # -------------------------------------------------------------------------------- trainer events
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.received = self.stopped_at_step = None
+        self._start_step = state.global_step  # TRL counts rollouts from here after a resume
+        self.install()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self._any_process_signalled(args):
+            return
+        if self.stop_at == "rollout" and (state.global_step - self._start_step) % steps_per_rollout(args):
+            return
+        self.stopped_at_step = state.global_step
+        control.should_save = True
+        control.should_training_stop = True
+        control.should_evaluate = False
+        logger.warning(f"Stopping for preemption at step {state.global_step}: saving a checkpoint.")
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if self.preempted:  # already saved at the step end; the epoch end must not save or evaluate again
+            control.should_save = False
+            control.should_evaluate = False
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.uninstall()
+        if self.preempted and self.exit_code is not None:
+            logger.warning(f"Checkpoint saved at step {self.stopped_at_step}; exiting with code {self.exit_code}.")
+            raise SystemExit(self.exit_code)
+
+    def _any_process_signalled(self, args) -> bool:
+        flag = self.received is not None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            if torch.distributed.get_world_size() > 1:
+                value = torch.tensor([float(flag)], device=args.device)
+                torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+                flag = bool(value.item())
+        return flag
+
+
+# ---------------------------------------------------------------------------------------------------- the mixin
+
+
+class PreemptionMixin:
+    """
+    Mixin for a transformers `Trainer` subclass: atomic checkpoints, auto-resume and preemption handling.
+
+    ```python
+    class MyTrainer(PreemptionMixin, GRPOTrainer): ...
+    ```
+
+    - **Atomic checkpoints.** `_save_checkpoint` writes `checkpoint-N` inside `<run dir>/.partial-checkpoint-N/`;
+      after every process has written its part, the process(es) that save (`args.should_save`) rename it to
+      `<run dir>/checkpoint-N` and then rotate old checkpoints (`save_total_limit`). Renaming a folder is atomic on
+      one filesystem, so `checkpoint-N` is either absent or complete, for this package's resume logic and for
+      transformers' own `get_last_checkpoint` alike. Subclasses that add files to a checkpoint after calling
+      `super()._save_checkpoint` wrap their override in [`staged_checkpoint`] so those files are inside before it
+      is published.
+    - **Auto-resume.** `train()` without `resume_from_checkpoint` resumes from [`latest_complete_checkpoint`] of
+      `output_dir` when `args.auto_resume` is true (a fresh start when there is none), and `resume_from_checkpoint=True`
+      means the newest *complete* checkpoint. The main process decides and tells the others.
+    - **Preemption.** Unless `args.preemption_handling` is false, `train()` adds a [`PreemptionCallback`]
+      (`args.preemption_stop_at`) and, when it stopped training, raises `SystemExit(PREEMPTION_EXIT_CODE)` once
+      `train()` has finished its own clean-up.
+
+    Settings are read from `args` with these defaults when absent (e.g. a plain `GRPOConfig`): `auto_resume=False`,
+    `preemption_handling=True`, `preemption_stop_at="rollout"`.
+
+    With `save_on_each_node=True` (one disk per node), each node's local main process publishes its own copy. On a
+    filesystem shared by the nodes keep the default `save_on_each_node=False`: with `True`, two processes would write
+    the same files, and the second rename fails with an error naming the setting.
+    """
+
+    _checkpoint_staging: str | None = None
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None):
+        """
+        `Trainer.train`, plus: with `args.auto_resume` and no `resume_from_checkpoint` (or with
+        `resume_from_checkpoint=True`), resume from the newest complete checkpoint of `output_dir`; when a preemption
+        signal stopped training, raise `SystemExit(75)` once the checkpoint is saved and `train()` has cleaned up.
+        """
+        args = self.args
+        if resume_from_checkpoint is True or (resume_from_checkpoint is None and getattr(args, "auto_resume", False)):
+            latest = self._agreed_latest_checkpoint()
+            if latest is None and resume_from_checkpoint is True:
+                raise ValueError(f"resume_from_checkpoint=True: no complete checkpoint in {args.output_dir}.")
+            if latest is not None:
+                logger.info(f"Resuming from {latest} (the newest complete checkpoint).")
+            resume_from_checkpoint = latest
+        callback = self._preemption_callback()
+        try:
+            output = super().train(
+                resume_from_checkpoint=resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval
+            )
+        finally:
+            if callback is not None:
+                callback.uninstall()
+        if callback is not None and callback.preempted:
+            logger.warning(
+                f"Training stopped for preemption at step {callback.stopped_at_step} with a complete checkpoint; "
+                f"exiting with code {PREEMPTION_EXIT_CODE}. Run the same command again to resume (auto_resume=True)."
+            )
+            raise SystemExit(PREEMPTION_EXIT_CODE)
+        return output
+
+    def _agreed_latest_checkpoint(self) -> str | None:
+        from accelerate.utils import broadcast_object_list
+
+        choice = [latest_complete_checkpoint(self.args.output_dir) if self.accelerator.is_main_process else None]
+        if self.accelerator.num_processes > 1:
+            broadcast_object_list(choice)  # every process must resume from the same step
+        return choice[0]
+
+    def _preemption_callback(self) -> PreemptionCallback | None:
+        if not getattr(self.args, "preemption_handling", True):
+            return None
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, PreemptionCallback):
+                return callback
+        callback = PreemptionCallback(stop_at=getattr(self.args, "preemption_stop_at", "rollout"), exit_code=None)
+        self.add_callback(callback)
+        return callback
+
+    # -------------------------------------------------------------------------------- atomic checkpoints
+
+    def _get_output_dir(self, trial) -> str:
+        if self._checkpoint_staging is not None:
+            return self._checkpoint_staging  # transformers then writes <staging>/checkpoint-N
+        return super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        with self.staged_checkpoint(trial):
+            super()._save_checkpoint(model, trial)
+
+    @contextlib.contextmanager
+    def staged_checkpoint(self, trial=None) -> Iterator[str]:
+        """
+        Context manager: while it is open, `checkpoint-N` (N the current global step) is written inside
+        `.partial-checkpoint-N/`; when it closes without an exception, the checkpoint is published. Every process
+        must enter it (it synchronises them). Re-entrant: an inner use yields the same folder and publishes nothing.
+
+        Yields:
+            `str`: the folder being written, where extra files for this checkpoint go.
+        """
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self._checkpoint_staging is not None:
+            yield os.path.join(self._checkpoint_staging, name)
+            return
+        run_dir = self._get_output_dir(trial)
+        staging = os.path.join(run_dir, PARTIAL_PREFIX + name)
+        staged, final = os.path.join(staging, name), os.path.join(run_dir, name)
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted save of the same step
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_staging = staging
+        try:
+            yield staged
+        finally:
+            self._checkpoint_staging = None
+        if self.state.best_model_checkpoint == staged:  # transformers recorded the path it wrote to
+            self.state.best_model_checkpoint = final
+            if self.args.should_save:
+                self.state.save_to_json(os.path.join(staged, TRAINER_STATE_NAME))
+        self.accelerator.wait_for_everyone()  # every process has written its share (RNG states, shards)
+        if self.args.should_save:
+            _publish(staged, final, staging, save_on_each_node=self.args.save_on_each_node)
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+        self.accelerator.wait_for_everyone()
+        if not self.args.should_save and os.path.isdir(staging):
+            shutil.rmtree(staging, ignore_errors=True)  # this node's local copy of files nobody publishes
+
+
+def _publish(staged: str, final: str, staging: str, *, save_on_each_node: bool) -> None:
+    if not os.path.isdir(staged):
+        hint = (
+            " save_on_each_node=True, but the nodes share this filesystem, so another node already published it: "
+            "set save_on_each_node=False."
+            if save_on_each_node
+            else ""
+        )
+        raise RuntimeError(f"Checkpoint folder {staged} disappeared before it could be published.{hint}")
+    if os.path.exists(final):  # the same step saved again (e.g. a resumed run): replace it
+        os.rename(final, os.path.join(staging, "replaced"))
+    os.rename(staged, final)
+    shutil.rmtree(staging, ignore_errors=True)
+    run_dir = os.path.dirname(final)
+    for name in os.listdir(run_dir):  # partial folders of saves that were killed: a complete one now exists
+        if name.startswith(PARTIAL_PREFIX + PREFIX_CHECKPOINT_DIR):
+            shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)

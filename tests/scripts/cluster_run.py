@@ -1,0 +1,77 @@
+"""Run by tests/test_cluster.py on each "node": examples/train_math.py, unchanged, with a DAPOTrainer that records.
+
+Per process it records every dynamic-sampling round (prompts drawn, informative verdicts), the shape of every
+micro-batch that reached the loss, the log history and where training stopped, in `$CLUSTER_RECORD_DIR/rank<r>.json`
+(written at exit, also when a preemption ends the process), and the last finished step in `progress-rank<r>`.
+"""
+
+import atexit
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from dapo_trl import DAPOTrainer
+from dapo_trl.preemption import PreemptionCallback
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD_DIR = Path(os.environ["CLUSTER_RECORD_DIR"])
+RANK = int(os.environ.get("RANK", "0"))
+record: dict = {"rank": RANK, "rounds": [], "batches": []}
+trainers: list[DAPOTrainer] = []
+
+
+class Progress(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        path = RECORD_DIR / f"progress-rank{RANK}"
+        path.with_suffix(".tmp").write_text(str(state.global_step))
+        os.replace(path.with_suffix(".tmp"), path)
+
+
+class RecordingTrainer(DAPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_callback(Progress())
+        trainers.append(self)
+
+    def on_groups_scored(self, prompt_indices, values, informative, classification):
+        super().on_groups_scored(prompt_indices, values, informative, classification)
+        record["rounds"].append(
+            {"step": self.state.global_step, "prompts": list(prompt_indices), "informative": informative.tolist()}
+        )
+
+    def _compute_loss(self, model, inputs):
+        if self.model.training:
+            shapes = {k: list(v.shape) for k, v in sorted(inputs.items()) if isinstance(v, torch.Tensor)}
+            record["batches"].append({"step": self.state.global_step, "shapes": shapes})
+        return super()._compute_loss(model, inputs)
+
+
+@atexit.register
+def dump() -> None:
+    if trainers:
+        trainer = trainers[-1]
+        callback = next((c for c in trainer.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)
+        record.update(
+            world_size=trainer.accelerator.num_processes,
+            process_index=trainer.accelerator.process_index,
+            local_process_index=trainer.accelerator.local_process_index,
+            global_step=trainer.state.global_step,
+            stopped_at_step=callback.stopped_at_step if callback else None,
+            history=trainer.state.log_history,
+        )
+    (RECORD_DIR / f"rank{RANK}.json").write_text(json.dumps(record))
+
+
+spec = importlib.util.spec_from_file_location("train_math", ROOT / "examples" / "train_math.py")
+train_math = importlib.util.module_from_spec(spec)
+sys.modules["train_math"] = train_math
+spec.loader.exec_module(train_math)
+train_math.DAPOTrainer = RecordingTrainer
+
+if __name__ == "__main__":
+    train_math.main(sys.argv[1:])
