@@ -51,6 +51,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
 from dapo_trl.console import format_summary
+from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plan import batch_plan, format_plan, recipe_advice
 from dapo_trl.plotting import plot_training_curves, save_log_history
 from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
@@ -507,6 +508,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
         )
     except ImportError:
         logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png")
+    summary["diagnoses"] = [d.to_dict() for d in fired_diagnoses(trainer)]
     with open(os.path.join(out, "eval_summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=float)
     print(format_summary(f"dapo-trl: {summary['task']}", summary_rows(summary, out), trainer.state.log_history))
@@ -523,6 +525,9 @@ def summary_rows(summary: dict, output_dir: str) -> list[tuple[str, str]]:
     rows += [(name, f"{value:.4f}") for name, value in summary.get("eval", {}).items() if isinstance(value, float)]
     rows.append(("optimizer steps", str(summary["optimizer_steps"])))
     rows.append(("run folder", f"{output_dir}  (every metric: metrics.jsonl; curves: training_curves.png)"))
+    diagnoses = summary.get("diagnoses", [])
+    rows.append(("diagnoses fired", str(len(diagnoses))))
+    rows += [(f"  step {d['step']}", f"{d['name']}: {d.get('symptom', '')}".rstrip(": ")) for d in diagnoses]
     if "accuracy_before_rl" in summary:
         heldout = os.path.join(output_dir, HELDOUT_FILE)
         rows.append(("re-evaluate", f"python -m dapo_trl.evaluation --model {output_dir} --dataset {heldout}"))

@@ -182,3 +182,16 @@ def test_difference_11_checkpoints_hold_sampler_state_and_half_used_batches(tmp_
     trainer.train()
     files = {p.name for p in (tmp_path / "checkpoint-1").iterdir()}
     assert {"dapo_sampler_state.pt", "dapo_generation_buffer_rank0.pt"} <= files
+
+
+@pytest.mark.integration
+def test_difference_12_diagnostics_callback_first_and_flags_logged(tmp_path):
+    from dapo_trl import DiagnosticsCallback
+
+    trainer = make(tmp_path, max_steps=1)
+    assert isinstance(trainer.callback_handler.callbacks[0], DiagnosticsCallback)
+    trainer.train()
+    assert "diagnostics/entropy_collapse" in trainer.state.log_history[0]
+    assert not any(
+        isinstance(c, DiagnosticsCallback) for c in make(tmp_path, diagnostics=False).callback_handler.callbacks
+    )

@@ -351,3 +351,12 @@ def test_bad_command_lines_name_the_flag_or_path(local_run, flags, named, capsys
         flags = [str(ROOT / f) if f.endswith(".yaml") else f for f in flags]
     error = run_cli_error([*local_run, *flags], capsys)
     assert named in error, error
+
+
+def test_summary_lists_the_diagnoses_that_fired():
+    diagnoses = [{"name": "entropy_collapse", "step": 29, "symptom": "token entropy fell 0.7 -> 0.3"}]
+    rows = train_math.summary_rows({"task": "t", "optimizer_steps": 30, "diagnoses": diagnoses}, "out")
+    assert ("diagnoses fired", "1") in rows
+    assert ("  step 29", "entropy_collapse: token entropy fell 0.7 -> 0.3") in rows
+    rows = train_math.summary_rows({"task": "t", "optimizer_steps": 30, "diagnoses": []}, "out")
+    assert ("diagnoses fired", "0") in rows

@@ -12,6 +12,10 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`clipped_surrogate`], [`token_level_mean`], [`sequence_level_mean`], [`dapo_loss`]: the objective as pure functions.
 - [`PreemptionCallback`], [`PreemptionMixin`], [`latest_complete_checkpoint`]: preemption-safe training for any
   transformers `Trainer` (built into DAPOTrainer).
+- [`DiagnosticsCallback`], [`add_diagnostics`], [`diagnose`], [`DiagnosticThresholds`], [`Diagnosis`]: live diagnosis
+  of GRPO's failure modes from the logged metrics.
+- [`MultipleChoiceReward`], [`extract_choice`], [`load_choice_dataset`]: multiple-choice questions (a domain beyond
+  math), composable with TRL's `think_format_reward`.
 
 Names are imported lazily, so that `import dapo_trl.verifier` pays for neither TRL nor torch; the verifier works without
 TRL installed, while the trainer and the reward function need it (the TRL version is checked when TRL is installed).
@@ -58,6 +62,14 @@ _EXPORTS = {
     "PreemptionCallback": "preemption",
     "PreemptionMixin": "preemption",
     "latest_complete_checkpoint": "preemption",
+    "DiagnosticsCallback": "diagnostics",
+    "DiagnosticThresholds": "diagnostics",
+    "Diagnosis": "diagnostics",
+    "add_diagnostics": "diagnostics",
+    "diagnose": "diagnostics",
+    "MultipleChoiceReward": "choice",
+    "extract_choice": "choice",
+    "load_choice_dataset": "choice",
 }
 
 __all__ = [
@@ -87,6 +99,14 @@ __all__ = [
     "score_completion",
     "verify",
     "verify_batch",
+    "DiagnosticsCallback",
+    "DiagnosticThresholds",
+    "Diagnosis",
+    "add_diagnostics",
+    "diagnose",
+    "MultipleChoiceReward",
+    "extract_choice",
+    "load_choice_dataset",
 ]
 
 
@@ -105,8 +125,10 @@ def __dir__():
 
 
 if TYPE_CHECKING:
+    from .choice import MultipleChoiceReward, extract_choice, load_choice_dataset
     from .dapo_config import DAPOConfig
     from .dapo_trainer import DAPOTrainer
+    from .diagnostics import Diagnosis, DiagnosticsCallback, DiagnosticThresholds, add_diagnostics, diagnose
     from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
     from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
     from .preemption import PreemptionCallback, PreemptionMixin, latest_complete_checkpoint

@@ -129,6 +129,13 @@ class DAPOConfig(GRPOConfig):
             `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
             `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
             restarts with the same command. Checkpoints are published atomically either way.
+
+        > Diagnostics
+
+        diagnostics (`bool`, *optional*, defaults to `True`):
+            Register a [`DiagnosticsCallback`] that watches the logged metrics for GRPO's failure modes (entropy
+            collapse, vanishing gradient signal, length collapse or explosion, truncation growth, reward-hacking hints),
+            warns once per symptom with the numbers and the setting to change, and logs `diagnostics/<name>` (0/1).
     """
 
     # Paper defaults that differ from GRPOConfig's
@@ -259,6 +266,12 @@ class DAPOConfig(GRPOConfig):
     auto_resume: bool = field(
         default=False,
         metadata={"help": "Resume from the newest complete checkpoint in output_dir when there is one."},
+    )
+
+    # Diagnostics
+    diagnostics: bool = field(
+        default=True,
+        metadata={"help": "Watch the logged metrics for GRPO's failure modes, warn and log diagnostics/<name>."},
     )
 
     def __post_init__(self):

@@ -42,6 +42,7 @@ from ._dataset_checks import (
 from ._dynamic_sampling import DynamicSamplingMixin
 from .advantages import compute_advantages
 from .dapo_config import DAPOConfig
+from .diagnostics import add_diagnostics
 from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_normalizer, window_token_counts
 from .overlong import OverlongPenalty, is_truncated
 from .preemption import PreemptionMixin
@@ -155,6 +156,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._setup_dynamic_sampling()
         self._count_weight_syncs()
         self._check_prompt_lengths()
+        if self.args.diagnostics:
+            add_diagnostics(self)
 
     # ------------------------------------------------------------------ set-up
 

@@ -34,7 +34,14 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("completions/incorrect_mean_length", "incorrect"),
         ),
     ),
-    ("clip fractions", (("clip_ratio/low_mean", "low clip"), ("clip_ratio/high_mean", "high clip"))),
+    (
+        "clip and truncation fractions",
+        (
+            ("clip_ratio/low_mean", "low clip"),
+            ("clip_ratio/high_mean", "high clip"),
+            ("completions/clipped_ratio", "truncated"),
+        ),
+    ),
     (
         "dynamic sampling",
         (
@@ -43,6 +50,16 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ),
     ),
 )
+
+# The panel on which each diagnosis (`diagnostics/<name>`) is marked; others go on the first panel.
+DIAGNOSIS_PANELS: dict[str, str] = {
+    "entropy_collapse": "entropy",
+    "vanishing_signal": "dynamic sampling",
+    "length_explosion": "response length",
+    "length_collapse": "response length",
+    "truncation_growth": "clip and truncation fractions",
+    "reward_hacking": "reward",
+}
 
 
 def series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
@@ -60,7 +77,9 @@ def series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[float
 def plot_training_curves(log_history: Sequence[dict], path: str | Path, *, title: str | None = None) -> Path:
     """
     Write a PNG with one panel per group of [`PANELS`]: reward and accuracy before/after filtering, entropy, response
-    length, clip fractions, informative fraction and rounds per batch. Metrics that were never logged are left out.
+    length, clip and truncation fractions, informative fraction and rounds per batch. Metrics that were never logged are
+    left out. Each diagnosis that fired (`diagnostics/<name>` of [`DiagnosticsCallback`]) is marked by a dashed red
+    line at its first step on the matching panel ([`DIAGNOSIS_PANELS`]) and listed under the figure.
     """
     import matplotlib
 
@@ -81,14 +100,39 @@ def plot_training_curves(log_history: Sequence[dict], path: str | Path, *, title
             ax.legend(fontsize=8)
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+    fired = _mark_diagnoses(log_history, dict(zip((panel for panel, _ in PANELS), axes.flat, strict=True)))
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04 if fired else 0, 1, 1))
+    if fired:
+        listed = ", ".join(f"{name} (step {step})" for name, step in fired.items())
+        fig.text(0.01, 0.01, f"diagnoses: {listed}", color="tab:red", fontsize=9)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _mark_diagnoses(log_history: Sequence[dict], axes: dict) -> dict[str, int]:
+    from .diagnostics import fired_from_history
+
+    fired = fired_from_history(log_history)
+    for name, step in fired.items():
+        ax = axes.get(DIAGNOSIS_PANELS.get(name, ""), next(iter(axes.values())))
+        ax.axvline(step, color="tab:red", linestyle="--", linewidth=1)
+        ax.annotate(
+            name,
+            (step, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -2),
+            textcoords="offset points",
+            rotation=90,
+            va="top",
+            fontsize=7,
+            color="tab:red",
+        )
+    return fired
 
 
 def save_log_history(log_history: Sequence[dict], path: str | Path) -> Path:

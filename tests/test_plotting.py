@@ -1,0 +1,59 @@
+"""Training curves: every panel drawn from a log history, and the diagnoses that fired marked where they fired."""
+
+import pytest
+
+from dapo_trl.plotting import DIAGNOSIS_PANELS, PANELS, plot_training_curves, series
+
+matplotlib = pytest.importorskip("matplotlib")
+
+
+def run_history(fired: dict[str, int], steps: int = 30) -> list[dict]:
+    history = []
+    for step in range(1, steps + 1):
+        entry = {
+            "step": step,
+            "reward": step / steps,
+            "entropy": 1 - step / (2 * steps),
+            "completions/clipped_ratio": 0.1,
+        }
+        entry.update({f"diagnostics/{name}": float(step >= first) for name, first in fired.items()})
+        history.append(entry)
+    history.append({"step": steps, "eval_accuracy": 0.5})  # entries without the plotted metrics are skipped
+    return history
+
+
+def test_series_skips_entries_without_the_metric():
+    assert series(run_history({}, steps=3), "reward") == ([1, 2, 3], [1 / 3, 2 / 3, 1.0])
+
+
+def test_every_diagnosis_has_a_panel():
+    from dapo_trl.diagnostics import DETECTORS
+
+    panels = {panel for panel, _ in PANELS}
+    assert set(DETECTORS) == set(DIAGNOSIS_PANELS) and set(DIAGNOSIS_PANELS.values()) <= panels
+
+
+def test_fired_diagnoses_are_marked_on_their_panel(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from dapo_trl.plotting import _mark_diagnoses
+
+    fig, axes = plt.subplots(2, 3)
+    by_panel = dict(zip((panel for panel, _ in PANELS), axes.flat, strict=True))
+    fired = _mark_diagnoses(run_history({"entropy_collapse": 12, "truncation_growth": 20}), by_panel)
+    assert fired == {"entropy_collapse": 12, "truncation_growth": 20}
+
+    def vertical_lines(panel):
+        return [line.get_xdata()[0] for line in by_panel[panel].lines]
+
+    assert vertical_lines("entropy") == [12]
+    assert vertical_lines("clip and truncation fractions") == [20]
+    assert vertical_lines("reward") == []
+    assert [t.get_text() for t in by_panel["entropy"].texts] == ["entropy_collapse"]
+    plt.close(fig)
+
+
+def test_plot_writes_the_png_with_and_without_diagnoses(tmp_path):
+    quiet = plot_training_curves(run_history({}), tmp_path / "quiet.png", title="t")
+    marked = plot_training_curves(run_history({"reward_hacking": 25}), tmp_path / "marked.png", title="t")
+    assert quiet.stat().st_size > 10_000 and marked.stat().st_size > 10_000
