@@ -213,7 +213,9 @@ def test_sbatch_puts_the_vllm_server_on_the_first_node(tmp_path):
         *run_sbatch(tmp_path, "gpu[07-09]", {"SLURM_GPUS_ON_NODE": "8", "LAUNCH_ARGS": "--dry_run"})
     )
     assert code == 0, out
-    server, training = events
+    # the server's srun is started in the background, so the two steps may be recorded in either order
+    (server,) = [e for e in events if e["command"][:1] == ["trl"]]
+    (training,) = [e for e in events if e["command"][:1] != ["trl"]]
     assert server["srun"]["nodelist"] == "gpu07"
     assert server["command"][:3] == ["trl", "vllm-serve", "--model"] and "Qwen/Qwen2.5-32B" in server["command"]
     assert training["srun"]["nodelist"] == "gpu08,gpu09"
