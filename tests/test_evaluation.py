@@ -297,3 +297,13 @@ def test_cli_bad_input_stops_at_argparse_naming_the_flag_or_path(saved_model, ar
     assert stop.value.code == 2
     error = capsys.readouterr().err
     assert named in error, error
+
+
+def test_unscorable_gold_answers_are_left_out_of_the_metrics():
+    """A gold the verifier cannot use is neither right nor wrong: it leaves the metrics, with a warning and a count."""
+    from dapo_trl.evaluation import _drop_unscorable
+
+    prompts, answers, dropped = _drop_unscorable(["a", "b", "c", "d"], ["4", None, ["7"], "???"])
+    assert (prompts, answers, dropped) == (["a", "c"], ["4", ["7"]], 2)  # a one-element list is kept, unwrapped later
+    with pytest.raises(ValueError, match="None of the 2 gold answers"):
+        _drop_unscorable(["a", "b"], [None, ""])

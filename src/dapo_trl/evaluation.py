@@ -388,6 +388,27 @@ def _verifier_scorer(completion: str, answer: str, extraction: str = "strict", r
     return bool(score_completion(completion, answer, extraction=extraction, rule=rule))
 
 
+def _drop_unscorable(prompts: list, answers: list) -> tuple[list, list, int]:
+    """Leave out rows whose gold answer the verifier cannot use (`None`, blank, junk): no accuracy can be measured on
+    them, and scoring them as wrong would understate it. Warns with the count; refuses a set with no usable row."""
+    from .verifier import extract_gold_answer
+
+    usable = [extract_gold_answer(a) is not None for a in answers]
+    dropped = usable.count(False)
+    if dropped == len(answers):
+        raise ValueError(
+            f"None of the {len(answers)} gold answers of the evaluation set can be scored (e.g. {answers[0]!r}): check "
+            "the answer column."
+        )
+    if dropped:
+        logger.warning(
+            f"{dropped} of {len(answers)} evaluation rows have a gold answer that cannot be scored; they are left out "
+            "of every metric (num_unscorable_prompts)."
+        )
+    keep = [i for i, ok in enumerate(usable) if ok]
+    return [prompts[i] for i in keep], [answers[i] for i in keep], dropped
+
+
 def _verifier_equivalent(a: str, b: str) -> bool:
     from .verifier import verify
 
@@ -522,7 +543,10 @@ def evaluate(
         model_or_path, tokenizer, use_chat_template, chat_template_kwargs, max_prompt_length, prompt_truncation_side
     )
     prompts = [_as_format(p, use_chat_template) for p in dataset["prompt"]]
-    answers = [str(a) for a in dataset["answer"]]
+    answers = list(dataset["answer"])  # kept as they are: a one-element list must not become the string "['1']"
+    unscorable = 0
+    if getattr(scorer, "func", scorer) is _verifier_scorer:  # the verifier, possibly with the CLI's options bound
+        prompts, answers, unscorable = _drop_unscorable(prompts, answers)
 
     logger.info("Sampling %d x %d completions with %s.", len(prompts), k, backend)
     if backend == "vllm":  # pragma: no cover - needs CUDA
@@ -568,6 +592,7 @@ def evaluate(
     votes = [cluster_answers(group, answer_equivalent) for group in extracted]
     flat = [c for group in completions for c in group]
     metrics: dict[str, Any] = {"num_prompts": len(prompts), "k": k, f"avg@{k}": avg_at_k(correct)}
+    metrics["num_unscorable_prompts"] = unscorable
     for j in pass_ks(k):
         metrics[f"pass@{j}"] = mean_pass_at_k(correct, j)
     metrics[f"maj@{k}"] = maj_at_k(votes, correct)
