@@ -107,7 +107,7 @@ def test_quick_run_writes_table_and_png(tmp_path):
     ]
     # --quick narrows the RL prompts to 4, so the skip policy meets prompts it has seen and reports what it did.
     assert "RL prompts: the first 4 distinct training prompts" in table
-    assert "Prompt skipping, per run" in table
+    assert "Prompt skipping, per seed (0)" in table
     png = tmp_path / "ablation_quick.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
