@@ -35,16 +35,17 @@ def test_variants_add_one_technique_at_a_time_in_the_papers_order():
         "+ token-level loss",
         "+ dynamic sampling",
         ablation.FULL_DAPO,
+        ablation.SKIPPING,
     ]
     naive = rows[0].overrides
     assert naive["epsilon"] == naive["epsilon_high"] == 0.2
     assert naive["loss_type"] == "grpo"
     assert not (naive["dynamic_sampling"] or naive["overlong_shaping"] or naive["mask_truncated_completions"])
     # Each row differs from the previous one in exactly the fields of its technique.
-    for previous, row in zip(rows[:-2], rows[1:-1], strict=True):
+    for previous, row in zip(rows[:-3], rows[1:-2], strict=True):
         changed = {k for k in row.overrides if row.overrides[k] != previous.overrides[k]}
         assert len(changed) == 1, (row.name, changed)
-    assert rows[-2].overrides == {
+    assert rows[-3].overrides == {
         "epsilon": 0.2,
         "epsilon_high": 0.28,
         "loss_type": "dapo",
@@ -52,14 +53,15 @@ def test_variants_add_one_technique_at_a_time_in_the_papers_order():
         "overlong_shaping": True,
         "dynamic_sampling": True,
     }
-    assert rows[-1].overrides == {}  # full DAPO: DAPOConfig's own defaults
+    assert rows[-2].overrides == {}  # full DAPO: DAPOConfig's own defaults
+    assert rows[-1].overrides == {"dynamic_sampling_skip": True}  # full DAPO + prompt skipping
 
 
 def test_full_dapo_is_the_last_technique_row_without_overlong_filtering():
     from dapo_trl import DAPOConfig
 
     ablation = load_ablation()
-    *_, last_technique, full = ablation.variants()
+    *_, last_technique, full, _skipping = ablation.variants()
     defaults = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False)
     for key, value in last_technique.overrides.items():
         expected = False if key == "mask_truncated_completions" else value
@@ -98,7 +100,14 @@ def test_quick_run_writes_table_and_png(tmp_path):
     table = (tmp_path / "ablation_quick.md").read_text()
     assert header in table
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith(header)]
-    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == ["naive GRPO", ablation.FULL_DAPO]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [
+        "naive GRPO",
+        ablation.FULL_DAPO,
+        ablation.SKIPPING,
+    ]
+    # --quick narrows the RL prompts to 4, so the skip policy meets prompts it has seen and reports what it did.
+    assert "RL prompts: the first 4 distinct training prompts" in table
+    assert "Prompt skipping, per seed (0)" in table
     png = tmp_path / "ablation_quick.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
@@ -110,6 +119,49 @@ def test_skipping_variant_is_full_dapo_with_prompt_skipping():
     ablation = load_ablation()
     row = ablation.skipping_variant()
     assert row.name == ablation.SKIPPING and row.overrides == {"dynamic_sampling_skip": True}
-    assert row.name not in [v.name for v in ablation.variants()]  # added to the table once the trainer reads it
+    assert ablation.variants()[-1] == row  # the row after full DAPO
     args = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False, **row.overrides)
     assert args.dynamic_sampling and args.dynamic_sampling_skip
+
+
+def test_rl_train_size_keeps_the_first_distinct_prompts_in_order():
+    import argparse
+
+    ablation = load_ablation()
+    # 1+1-digit problems only: fewer than 100 distinct, so the set repeats prompts early.
+    args = argparse.Namespace(train_size=300, level_weights=(1.0, 0, 0, 0, 0), work_prob=0.5, rl_train_size=None)
+    full = ablation.training_set(args, seed=0)["prompt"]
+    assert ablation.rl_training_set(args, seed=0)["prompt"] == full
+    distinct = list(dict.fromkeys(full))
+    assert len(distinct) < len(full)
+    args.rl_train_size = 30
+    assert ablation.rl_training_set(args, seed=0)["prompt"] == distinct[:30]
+    args.rl_train_size = len(distinct)  # the last distinct prompt comes after repeats: they are dropped, not kept
+    rl = ablation.rl_training_set(args, seed=0)
+    assert rl["prompt"] == distinct and full.index(distinct[-1]) >= len(distinct)
+    assert rl["answer"] == [ablation.training_set(args, seed=0)["answer"][full.index(q)] for q in distinct]
+    args.rl_train_size = len(distinct) + 1
+    with pytest.raises(SystemExit, match="distinct prompts"):
+        ablation.rl_training_set(args, seed=0)
+    with pytest.raises(SystemExit):
+        ablation.parse_args(["--rl-train-size", "0"])
+
+
+def test_ratio_line_compares_tokens_to_target_per_seed():
+    ablation = load_ablation()
+
+    def run(seed, tokens_at_target):
+        curve = [{"step": 0, "tokens": 0, "accuracy": 0.4}, {"step": 8, "tokens": tokens_at_target, "accuracy": 0.5}]
+        return {"seed": seed, "curve": curve}
+
+    runs = {"base": [run(0, 100), run(1, 200)], "new": [run(0, 50), run(1, 300)]}
+
+    def rows(target):
+        return {
+            name: {f"to_target_{k}": v for k, v in ablation.to_target(rs, target).items()} for name, rs in runs.items()
+        }
+
+    line = ablation.ratio_line(runs, rows(0.05), "new", "base", 0.05)
+    assert "1.17x the generated tokens" in line  # (50 + 300) / (100 + 200)
+    assert "per seed: 0.50x, 1.50x" in line
+    assert ablation.ratio_line(runs, rows(0.5), "new", "base", 0.5) is None  # nobody reaches it
