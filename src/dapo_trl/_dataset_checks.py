@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from datasets import IterableDataset
 
+from .data import prompt_text
+
 logger = logging.getLogger(__name__)
 
 
@@ -25,17 +27,21 @@ class PacingDataset(torch.utils.data.Dataset):
         return {"prompt": ""}
 
 
-def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> None:
-    """Refuse a training set that cannot train, naming the column or the rows, before TRL fails on it at step 1."""
+def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> list | None:
+    """
+    Refuse a training set that cannot train, naming the column or the rows, before TRL fails on it at step 1.
+
+    Returns the `prompt` column of a map-style set (read once here, for the other construction-time checks), else `None`.
+    """
     if dataset is None:
-        return
+        return None
     if isinstance(dataset, IterableDataset):
         if args.max_steps is None or args.max_steps <= 0:
             raise ValueError(
                 "A streamed (IterableDataset) training set has no length, so the number of steps must be given: set "
                 "max_steps."
             )
-        return
+        return None
     columns = getattr(dataset, "column_names", None)
     if columns is not None and "prompt" not in columns and not has_environment:
         raise ValueError(
@@ -45,8 +51,9 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> None:
         )
     if len(dataset) == 0:
         raise ValueError("The training dataset is empty.")
-    if columns is not None and "prompt" in columns:
-        empty = [i for i, prompt in enumerate(dataset["prompt"]) if is_empty_prompt(prompt)]
+    prompts = dataset["prompt"] if columns is not None and "prompt" in columns else None
+    if prompts is not None:
+        empty = [i for i, prompt in enumerate(prompts) if is_empty_prompt(prompt)]
         if empty:
             raise ValueError(
                 f"The training dataset has {len(empty)} empty prompts (rows {empty[:10]}{' ...' if len(empty) > 10 else ''}). "
@@ -60,51 +67,28 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> None:
             "dynamic_sampling=False, TRL's sampler would yield no batch and train 0 steps. Use more prompts, a smaller "
             "batch, or dynamic_sampling=True (which cycles the prompts)."
         )
+    return prompts
 
 
 def is_empty_prompt(prompt: Any) -> bool:
     """A prompt with no text: `None`, a blank string, or messages whose contents are all blank."""
     if prompt is None:
         return True
-    if isinstance(prompt, str):
-        return not prompt.strip()
-    if isinstance(prompt, list):
-        texts = []
-        for message in prompt:
-            content = message.get("content") if isinstance(message, dict) else message
-            if isinstance(content, list):  # content parts
-                texts += [part.get("text", "") if isinstance(part, dict) else str(part) for part in content]
-            elif content is not None:
-                texts.append(str(content))
-        return not any(text.strip() for text in texts)
+    if isinstance(prompt, str | list):
+        return not prompt_text(prompt).strip()
     return False
 
 
-def warn_duplicates(dataset) -> None:
-    if "prompt" not in dataset.column_names:
-        return
-    counts = Counter(repr(p) for p in dataset["prompt"])
-    duplicates = len(dataset) - len(counts)
+def warn_duplicates(prompts: list) -> None:
+    """Warn when the training prompts repeat (DAPO-Math-17k's published file does, ~100x)."""
+    counts = Counter(repr(p) for p in prompts)
+    duplicates = len(prompts) - len(counts)
     if duplicates:
         logger.warning(
-            f"The training dataset holds {duplicates} duplicated prompts ({len(counts)} unique of {len(dataset)}). "
+            f"The training dataset holds {duplicates} duplicated prompts ({len(counts)} unique of {len(prompts)}). "
             "Dynamic sampling never repeats a row within an epoch, but duplicated rows are still drawn once each; "
             "deduplicate the dataset (DAPO-Math-17k repeats each prompt ~100x) unless the repetition is intended."
         )
-
-
-def prompt_text(prompt: Any) -> str:
-    """The text of a prompt: the string itself, or its messages' text contents joined."""
-    if isinstance(prompt, str):
-        return prompt
-    parts = []
-    for message in prompt or []:
-        content = message.get("content") if isinstance(message, dict) else message
-        if isinstance(content, list):
-            parts += [part.get("text", "") for part in content if isinstance(part, dict)]
-        elif content is not None:
-            parts.append(str(content))
-    return "\n".join(parts)
 
 
 def count_prompt_tokens(tokenizer: Any, prompt: Any) -> int:
@@ -118,15 +102,15 @@ def count_prompt_tokens(tokenizer: Any, prompt: Any) -> int:
     return len(tokenizer(prompt_text(prompt))["input_ids"])
 
 
-def check_prompt_lengths(dataset: Any, tokenizer: Any, context: int) -> None:
+def check_prompt_lengths(prompts: list, tokenizer: Any, context: int) -> None:
     """
     Refuse a map-style training set holding prompts longer than the model's context (`context` tokens), naming the
     rows. Only prompts whose UTF-8 size exceeds the context are tokenised (a token covers at least one byte, so the
     others fit), which keeps the check instant on ordinary data.
     """
     slack = 64  # special and chat-template tokens
-    suspects = [i for i, prompt in enumerate(dataset["prompt"]) if len(prompt_text(prompt).encode()) + slack > context]
-    too_long = [(i, n) for i in suspects if (n := count_prompt_tokens(tokenizer, dataset[i]["prompt"])) > context]
+    suspects = [i for i, prompt in enumerate(prompts) if len(prompt_text(prompt).encode()) + slack > context]
+    too_long = [(i, n) for i in suspects if (n := count_prompt_tokens(tokenizer, prompts[i])) > context]
     if too_long:
         shown = ", ".join(f"row {i}: {n} tokens" for i, n in too_long[:10])
         raise ValueError(

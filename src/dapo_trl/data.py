@@ -311,7 +311,12 @@ def prompt_text(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, dict):
-        return str(prompt.get("content", ""))
+        content = prompt.get("content")
+        if content is None:
+            return ""
+        if isinstance(content, list):  # multimodal content parts: their text
+            return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return str(content)
     if isinstance(prompt, list | tuple):
         return "\n".join(prompt_text(m) for m in prompt)
     raise TypeError(f"Unsupported prompt of type {type(prompt).__name__}.")
