@@ -49,6 +49,7 @@ class _Step:
     """What the rounds of one generation batch have collected so far."""
 
     needed: int  # fresh informative groups wanted
+    num_carried: int  # groups carried in from the previous batch (candidate ids 0 .. num_carried - 1)
     metric_marks: dict[str, int]  # length of each metric list before the first round
     pieces: list[dict] = field(default_factory=list)  # this process's rows of informative groups, per round
     rewards: list[torch.Tensor] = field(default_factory=list)  # per round, gathered (n G, F)
@@ -58,6 +59,7 @@ class _Step:
     values: list[torch.Tensor] = field(default_factory=list)  # filter values, per round (n, G)
     rows_per_call: list[int] = field(default_factory=list)
     table: dict[int, list[dict]] = field(default_factory=dict)  # fresh informative group id -> table rows
+    trained_table: dict[int, list[dict]] = field(default_factory=dict)  # trained group id -> table rows
     num_fresh: int = 0
     rounds: int = 0
     generated: int = 0
@@ -72,7 +74,11 @@ class DynamicSamplingMixin:
     def _dynamic_sampling_batch(self) -> dict:
         """One generation batch of informative groups: draw -> generate and score -> select, until full; assemble."""
         args = self.args
-        step = _Step(needed=max(self._ds_target - self._carry_groups, 0), metric_marks=self._metric_marks())
+        step = _Step(
+            needed=max(self._ds_target - self._carry_groups, 0),
+            num_carried=self._carry_groups,
+            metric_marks=self._metric_marks(),
+        )
         while step.num_fresh < step.needed and step.rounds < args.dynamic_sampling_max_rounds:
             indices, rows = self._draw_round(step.needed - step.num_fresh)
             if not indices:
@@ -157,7 +163,7 @@ class DynamicSamplingMixin:
         self._planner.update(len(scored.indices), int(informative.sum()))
 
         # Number informative groups in generation order, continuing the count of earlier rounds.
-        group_ids = torch.cumsum(informative.long(), 0) - 1 + self._carry_groups + step.num_fresh  # (n,)
+        group_ids = torch.cumsum(informative.long(), 0) - 1 + step.num_carried + step.num_fresh  # (n,)
         local = scored.local
         row = local["_row"]
         local["_group"] = group_ids[row // G]
@@ -185,7 +191,7 @@ class DynamicSamplingMixin:
     def _assemble_batch(self, step: _Step) -> tuple[dict, SelectionPlan, int]:
         """The generation batch: carried and fresh groups chosen by the plan, on every process, padded to full size."""
         device, pad = self.accelerator.device, self._tokenizer.pad_token_id
-        num_carried = self._batch_carried_groups = self._carry_groups
+        num_carried = step.num_carried
         plan, missing = self.plan_batch(num_carried=num_carried, num_fresh=step.num_fresh, target=self._ds_target)
         template = step.template if step.template is not None else (self._carry or self._empty_rows())
         fresh = _batch.concat_rows(step.pieces, pad_token_id=pad)
@@ -199,7 +205,7 @@ class DynamicSamplingMixin:
             train = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
             carry = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device)))
         table = {**self._carry_table, **step.table}
-        self._table_rows = [row for g in sorted(plan.train) for row in table.get(g, [])]
+        step.trained_table = {g: table[g] for g in plan.train if g in table}
         if plan.carry:  # renumber carried groups 0..k-1 for the next step
             carry["_group"] = torch.searchsorted(_ids(plan.carry, device), carry["_group"])
             self._carry, self._carry_groups = carry, len(plan.carry)
@@ -209,7 +215,6 @@ class DynamicSamplingMixin:
         filler = next(b for b in (train, pool, template) if b and b["completion_ids"].size(0))
         train = _batch.pad_rows(train, self._ds_target * self.num_generations, template=filler, pad_token_id=pad)
         train["advantages"] = self._batch_advantages(train)
-        self._trained_advantages = train["advantages"][train["_group"] >= 0].tolist()
         self._mark_carried_rows(train, num_carried)
         return train, plan, missing
 
@@ -334,44 +339,33 @@ class DynamicSamplingMixin:
             "informative_frac": step.num_fresh * per_group,
             "all_correct_frac": step.all_correct * per_group,
             "all_wrong_frac": step.all_wrong * per_group,
-            "groups_carried": min(self._batch_carried_groups, self._ds_target),
+            "groups_carried": min(step.num_carried, self._ds_target),
             "groups_discarded": len(plan.discard),
             "groups_trained": len(plan.train),
             "underfilled": float(missing > 0),
             "prompts_consumed": self._prompts.consumed,
-            "reward_before_filter": self._mean_reward(step) if step.rewards else math.nan,
-            "reward_after_filter": self._trained_reward(batch, trained),
+            "reward_before_filter": self._mean_total_reward(torch.cat(step.rewards)) if step.rewards else math.nan,
+            "reward_after_filter": self._mean_total_reward(batch["_rewards"][trained]),
         }
         if self._correct_value is not None:
             values = torch.cat([v.flatten() for v in step.values]) if step.values else torch.zeros(0)
-            scored = values[~torch.isnan(values)]
-            stats["accuracy_before_filter"] = (
-                (scored >= self._correct_value).float().mean().item() if scored.numel() else math.nan
-            )
-            after = batch["_value"][trained]
-            after = after[~torch.isnan(after)]
-            stats["accuracy_after_filter"] = (
-                (after >= self._correct_value).float().mean().item() if after.numel() else math.nan
-            )
+            stats["accuracy_before_filter"] = self._accuracy(values)
+            stats["accuracy_after_filter"] = self._accuracy(batch["_value"][trained])
         if self._skip_policy is not None:
             stats.update(self._skip_policy.metrics())
         self.log_dynamic_sampling(stats)
         self._log_importance_sampling(batch, replicated=True)
-        self._replace_table()
+        self._replace_table(step, batch)
 
-    def _mean_reward(self, step: _Step) -> float:
-        rewards = torch.cat(step.rewards)
-        total = (rewards * self.reward_weights.to(rewards.device)).nansum(dim=1)
-        scorable = ~torch.isnan(rewards).all(dim=1)
-        return total[scorable].mean().item() if scorable.any() else math.nan
+    def _total_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Weighted sum of the user's rewards per row (`(N,)`), NaN where no reward scored the row, as TRL logs it."""
+        total = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        return torch.where(torch.isnan(rewards_per_func).all(dim=1), torch.full_like(total, torch.nan), total)
 
-    def _trained_reward(self, batch: dict, trained: torch.Tensor) -> float:
-        rewards = batch["_rewards"][trained]
-        if rewards.numel() == 0:
-            return math.nan
-        total = (rewards * self.reward_weights.to(rewards.device)).nansum(dim=1)
-        scorable = ~torch.isnan(rewards).all(dim=1)
-        return total[scorable].mean().item() if scorable.any() else math.nan
+    def _mean_total_reward(self, rewards_per_func: torch.Tensor) -> float:
+        """Mean of [`_total_rewards`] over the scorable rows (NaN when there are none)."""
+        total = self._total_rewards(rewards_per_func)
+        return torch.nanmean(total).item() if total.numel() else math.nan
 
     def _merge_call_metrics(self, step: _Step) -> None:
         """
@@ -404,8 +398,7 @@ class DynamicSamplingMixin:
         for i, name in enumerate(self.reward_func_names):
             out[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, i]).item()
             out[f"rewards/{name}/std"] = nanstd(rewards_per_func[:, i]).item()
-        total = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
-        total[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        total = self._total_rewards(rewards_per_func)
         out["reward"] = torch.nanmean(total).item()
         out["reward_std"] = nanstd(total).item()
         zero_std = compute_advantages(
@@ -459,21 +452,21 @@ class DynamicSamplingMixin:
                 row[name] = value
         return out
 
-    def _replace_table(self) -> None:
+    def _replace_table(self, step: _Step, batch: dict) -> None:
         """The completions table shows the rows trained in this batch, with the advantages they were trained with."""
         if not self.log_completions:
             return
-        rows = getattr(self, "_table_rows", [])
         logs = self._logs
-        advantages = self._trained_advantages
-        for i, row in enumerate(rows):
-            logs["prompt"].append(row.get("prompt"))
-            logs["completion"].append(row.get("completion"))
-            logs["advantages"].append(advantages[i] if i < len(advantages) else row.get("advantage"))
-            for name in list(logs["rewards"]):
-                logs["rewards"][name].append(row.get(f"rewards/{name}"))
-            for name in list(logs["extra"]):
-                logs["extra"][name].append(row.get(f"extra/{name}"))
+        for group, rows in sorted(step.trained_table.items()):
+            advantages = batch["advantages"][batch["_group"] == group].tolist()  # the group's rows, in table order
+            for row, advantage in zip(rows, advantages):
+                logs["prompt"].append(row.get("prompt"))
+                logs["completion"].append(row.get("completion"))
+                logs["advantages"].append(advantage)
+                for name in list(logs["rewards"]):
+                    logs["rewards"][name].append(row.get(f"rewards/{name}"))
+                for name in list(logs["extra"]):
+                    logs["extra"][name].append(row.get(f"extra/{name}"))
 
 
 def _ids(groups: list[int], device) -> torch.Tensor:

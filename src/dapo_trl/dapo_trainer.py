@@ -127,7 +127,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             args = _to_dapo_config(args)
         if reward_funcs is not None:
             check_reward_funcs(reward_funcs)
-        check_train_dataset(train_dataset, args, environment_factory is not None)
+        prompts = check_train_dataset(train_dataset, args, environment_factory is not None)
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -153,15 +153,15 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._reward_warnings: set[tuple[str, str]] = set()
         self._weight_syncs = 0
         self._overlong = self.build_overlong_penalty()
-        self._setup_dynamic_sampling()
+        self._setup_dynamic_sampling(prompts)
         self._count_weight_syncs()
-        self._check_prompt_lengths()
+        self._check_prompt_lengths(prompts)
         if self.args.diagnostics:
             add_diagnostics(self)
 
     # ------------------------------------------------------------------ set-up
 
-    def _setup_dynamic_sampling(self) -> None:
+    def _setup_dynamic_sampling(self, prompts: list | None) -> None:
         args = self.args
         names = self.reward_func_names
         name = args.dynamic_sampling_reward
@@ -208,7 +208,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             self._prompts = StreamPrompts(self.train_dataset, seed=args.seed, shuffle=self.shuffle_dataset)
         else:
             self._prompts = DatasetPrompts(self.train_dataset, seed=args.seed, shuffle=self.shuffle_dataset)
-            warn_duplicates(self.train_dataset)
+            if prompts is not None:
+                warn_duplicates(prompts)
         if args.dynamic_sampling_skip:
             if self._prompts.streaming:
                 raise ValueError(
@@ -227,15 +228,12 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         context = getattr(getattr(config, "get_text_config", lambda: config)(), "max_position_embeddings", None)
         return context if isinstance(context, int) and context > 0 else None
 
-    def _check_prompt_lengths(self) -> None:
+    def _check_prompt_lengths(self, prompts: list | None) -> None:
         """Without `max_prompt_length`, refuse training prompts the model cannot even read (map-style sets)."""
         context = self._model_context()
-        dataset = self.train_dataset
-        if self.args.max_prompt_length is not None or context is None or self._is_vlm:
+        if self.args.max_prompt_length is not None or context is None or self._is_vlm or prompts is None:
             return
-        if dataset is None or isinstance(dataset, IterableDataset) or "prompt" not in dataset.column_names:
-            return
-        check_prompt_lengths(dataset, self._tokenizer, context)
+        check_prompt_lengths(prompts, self._tokenizer, context)
 
     def _count_weight_syncs(self) -> None:
         """Count TRL's weight pushes to vLLM: with sleep mode every generation call re-pushes all weights."""
@@ -517,11 +515,16 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if not scored.any():
             return
         correct = (values >= self._correct_value) & scored
-        self.log_metric("accuracy", correct[scored].float().mean().item())
+        self.log_metric("accuracy", self._accuracy(values))
         for name, rows in (("correct", correct), ("incorrect", scored & ~correct)):
             if rows.any():
                 self.log_metric(f"completions/{name}_mean_length", lengths[rows].mean().item())
                 self.log_metric(f"completions/{name}_max_length", lengths[rows].max().item())
+
+    def _accuracy(self, values: torch.Tensor) -> float:
+        """Share of scored filter values (NaN: unscored, left out) that reach [`correct_value`]; NaN if none scored."""
+        scored = values[~torch.isnan(values)]
+        return (scored >= self._correct_value).float().mean().item() if scored.numel() else math.nan
 
     def _warn_about_rewards(self, rewards_per_func: torch.Tensor) -> None:
         """Name a reward function that scored nothing, or gave one value to every completion (once per function)."""
