@@ -14,8 +14,6 @@ infinity or 1e30 turns every advantage of the batch into 0. This module:
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import math
 import numbers
@@ -23,6 +21,8 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from trl.trainer.utils import get_callable_name, is_async_callable
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +32,11 @@ MAX_ABS_REWARD = 1e9
 
 
 def callable_name(func: Any) -> str:
-    """The name TRL logs a reward function under (`rewards/<name>/mean`)."""
-    while isinstance(func, functools.partial):
-        func = func.func
+    """The name TRL logs a reward function under (`rewards/<name>/mean`): a reward model's id, else TRL's own rule."""
     config = getattr(func, "config", None)
     if config is not None and hasattr(config, "_name_or_path"):
         return str(config._name_or_path).split("/")[-1]
-    return getattr(func, "__name__", type(func).__name__)
+    return get_callable_name(func)
 
 
 def check_reward_funcs(reward_funcs: Any) -> None:
@@ -135,19 +133,12 @@ def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[flo
     return rewards, None
 
 
-def _is_async(func: Callable) -> bool:
-    while isinstance(func, functools.partial):
-        func = func.func
-    call = type(func).__call__ if not inspect.isfunction(func) else func
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(call)
-
-
 def checked_reward(func: Callable, name: str, problems: list[str]) -> Callable:
     """
     `func` with its outputs checked by [`check_reward_output`]; a problem is appended to `problems` and the call
     returns all-`None` rewards instead of raising, so the caller decides when to raise (after collectives).
     """
-    if _is_async(func):
+    if is_async_callable(func):  # TRL's own test, so TRL awaits the wrapper exactly when it would await `func`
 
         async def check_async(*args, completions, **kwargs):
             output = await func(*args, completions=completions, **kwargs)
