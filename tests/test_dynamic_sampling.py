@@ -258,3 +258,19 @@ def test_prompt_skipping_resumes_exactly(tmp_path):
 def test_prompt_skipping_refuses_streamed_datasets(tmp_path):
     with pytest.raises(ValueError, match="streamed training set"):
         make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset(), dynamic_sampling_skip=True)
+
+
+def test_a_stream_skipping_every_prompt_after_the_first_ones_returns_instead_of_looping():
+    from dapo_trl.prompt_source import StreamPrompts
+
+    stream = StreamPrompts(scripted_dataset(6).to_iterable_dataset(), seed=0, shuffle=False)
+    seen = set()
+
+    def once(index):  # each prompt may be taken only the first time it is drawn
+        if index in seen:
+            return True
+        seen.add(index)
+        return False
+
+    indices, rows = stream.take(10, skip=once)
+    assert indices == list(range(6)) and len(rows) == 6

@@ -107,15 +107,15 @@ class StreamPrompts:
         """The next `n` prompts: their positions in the epoch and their rows. Wraps into the next epoch at the end."""
         indices: list[int] = []
         rows: list[dict[str, Any]] = []
-        empty_epochs = 0
+        rows_at_wrap: int | None = None  # rows taken when this call last wrapped into a new epoch
         while len(rows) < n:
             row = self._next_row()
             if row is None:
                 if self.position == 0:
                     raise ValueError("The streamed training dataset yielded no rows.")
-                empty_epochs = empty_epochs + 1 if not rows else 0
-                if empty_epochs > 1:  # a whole epoch skipped: return what there is rather than loop forever
+                if rows_at_wrap == len(rows):  # a whole epoch passed over: return what there is, never loop forever
                     break
+                rows_at_wrap = len(rows)
                 self.epoch += 1
                 self.position = 0
                 self._iterator = None
