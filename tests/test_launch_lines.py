@@ -1,5 +1,5 @@
 """
-Every launch line written down in the project (README, config comments, the example's docstring, the Makefile) is
+Every launch line written down in the project (README, docs/, config comments, the example's docstring, the Makefile) is
 parsed and validated: accelerate/torchrun options that exist and agree with each other, script flags that
 `examples/train_math.py` accepts and DAPOConfig builds, a batch plan TRL accepts and that reaches the plan its recipe
 states, a vLLM server for the recipe's model with room for a prompt, and evaluation flags the CLI accepts.
@@ -87,6 +87,7 @@ def _makefile_lines(path: Path) -> list[tuple[int, str]]:
 
 def documented_launch_lines() -> list[tuple[str, str]]:
     sources = [(ROOT / "README.md", _markdown_lines), (ROOT / "Makefile", _makefile_lines)]
+    sources += [(path, _markdown_lines) for path in sorted((ROOT / "docs").glob("*.md"))]
     sources.append((ROOT / "examples" / "train_math.py", _docstring_lines))
     sources += [(path, _comment_lines) for path in sorted((ROOT / "configs").rglob("*.yaml"))]
     found = []
@@ -102,7 +103,7 @@ LINES = documented_launch_lines()
 
 
 def test_the_documented_launch_lines_are_found():
-    """The collector must see the lines the README and the recipes are known to hold (else it checks nothing)."""
+    """The collector must see the lines the README, docs/ and the recipes are known to hold (else it checks nothing)."""
     text = " ".join(line for _, line in LINES)
     assert len(LINES) >= 20, LINES
     for needle in (
