@@ -87,7 +87,7 @@ Results (`benchmarks/results/ablation.md`; 3 seeds, 1,600 prompt groups = ~210k 
   symmetric clipping to collapse entropy (the paper trains for thousands of steps).
 
 Prompt skipping (`benchmarks/results/ablation_skip.md`; naive GRPO, full DAPO and full DAPO + prompt skipping,
-`--rl-train-size 200`, 3 seeds, the same budget; the README's "Skipping prompts before generation" reads it in full):
+`--rl-train-size 200`, 3 seeds, the same budget; docs/prompt_skipping.md reads it in full):
 
 - Tokens to the target (warm-up + 0.015): skipping 1.16x naive GRPO's (per seed 0.70-1.84x; the issue's goal was
   <= 0.8x) and 0.99x full DAPO's. The target is reached 174-415 groups in (0.9-2.1 passes over the 200 prompts),

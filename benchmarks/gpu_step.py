@@ -23,7 +23,7 @@ useful rate is "informative groups trained/s": groups with a nonzero advantage (
 non-constant ones of GRPO's). Peak GPU memory is `torch.cuda.max_memory_allocated()` from building the model to the
 end of training, reset between the two trainers.
 
-Launch (see README, "A GPU check", for an offline machine):
+Launch (see docs/gpu_check.md for an offline machine):
 ```
 python benchmarks/gpu_step.py                  # one CUDA GPU; ~3-5 minutes with the defaults
 python benchmarks/gpu_step.py --cpu --tiny     # CI smoke: a 2-layer model on CPU, a few seconds

@@ -9,7 +9,7 @@
 #   scripts/fetch_gpu_wheels.sh --have pyarrow,pandas  # the GPU machine already has these (see `pip list` there)
 #   scripts/fetch_gpu_wheels.sh --list                 # print the packages, download nothing
 #
-# Then, on the GPU machine, from the checkout's root (README, "A GPU check"):
+# Then, on the GPU machine, from the checkout's root (docs/gpu_check.md):
 #   python3 -m pip install --no-index --find-links .whl dapo-trl && python3 benchmarks/gpu_step.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
