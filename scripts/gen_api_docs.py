@@ -5,6 +5,11 @@ its docstring; for a class, the same for the public methods it defines. DAPOTrai
 docstring starts with "Extension point") are listed with their whole docstring, since the later paragraphs are the
 contract a subclass must keep.
 
+DAPOConfig's settings and MathVerifierReward's arguments also get a reference table. A setting's row is read from the
+dataclass (type, default, GRPOConfig's default where it differs), its `help` metadata (the line `--help` prints) and
+the paper sections cited by that help or by the heading of its group in the docstring (`> Dynamic sampling (DAPO
+§3.2, Algorithm 1)`). An argument's row is read from the signature and its `Args:` entry in the docstring.
+
 ```
 python scripts/gen_api_docs.py          # rewrite docs/API.md
 python scripts/gen_api_docs.py --check  # exit 1 if docs/API.md is out of date
@@ -16,13 +21,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import re
 import sys
 from pathlib import Path
+
+from trl import GRPOConfig
 
 import dapo_trl
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "API.md"
 MAX_LINE = 100  # longer signatures get one parameter per line
+PAPER_REFERENCE = re.compile(r"§\d+(?:\.\d+)*|Eq\. \d+|Algorithm \d+|Table \d+")
+# `name (`type`, *optional*, defaults to `value`):` -- TRL's docstring format for one parameter
+DOC_PARAMETER = re.compile(r"^(\w+) \(`[^`]*`(?:, \*optional\*)?(?:, defaults to `[^`]*`)?\):$")
 
 
 class _Text:
@@ -124,6 +135,118 @@ def method_entry(cls, name: str, member, *, level: str = "####", full_doc: bool 
     return f"{level} `{cls.__name__}.{name}`\n\n{code(head)}\n" + (f"\n{doc}\n" if doc else "")
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Reference tables: DAPOConfig's settings, MathVerifierReward's arguments
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def docstring_parameters(obj, section: str) -> list[tuple[str, str, str]]:
+    """(group heading, name, description) of each entry of the `section` block ("Parameters:", "Args:") of a docstring.
+
+    Group headings are TRL's `> Heading` lines inside the block; the description is the entry's indented text on one
+    line.
+    """
+    lines = own_doc(obj).splitlines()
+    start = lines.index(section) + 1
+    out: list[tuple[str, str, str]] = []
+    group = ""
+    for line in lines[start:]:
+        if line and not line.startswith(" "):
+            break  # the next section (Example:, ...)
+        text = line.strip()
+        if line.startswith("    > "):
+            group = text[2:]
+        elif (match := DOC_PARAMETER.match(text)) and not line.startswith("        "):
+            out.append((group, match.group(1), ""))
+        elif text and out and line.startswith("        "):
+            group_, name, description = out[-1]
+            out[-1] = (group_, name, f"{description} {text}".strip())
+    return out
+
+
+def paper_sections(*texts: str) -> str:
+    """The paper references (§, Eq., Algorithm, Table) cited by the texts, in order, without repeats."""
+    found = [ref for text in texts for ref in PAPER_REFERENCE.findall(text)]
+    return ", ".join(dict.fromkeys(found)) or "-"
+
+
+def cell(text: str) -> str:
+    """Text for a table cell: pipes escaped, and `<name>` outside code spans kept from being read as an HTML tag."""
+    parts = text.replace("|", "\\|").replace("\n", " ").split("`")
+    return "`".join(part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts))
+
+
+def settings_table(cls=None, base=GRPOConfig) -> str:
+    """The reference table of the settings a config dataclass declares itself, grouped as its docstring groups them."""
+    cls = cls or dapo_trl.DAPOConfig
+    own = cls.__dict__.get("__annotations__", {})
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name in own}
+    base_defaults = {f.name: f.default for f in dataclasses.fields(base)}
+    documented = docstring_parameters(cls, "Parameters:")
+    groups: dict[str, list[str]] = {}
+    redefaulted = [name for name in fields if name in base_defaults]
+    if redefaulted:
+        groups[f"Defaults that differ from {base.__name__}'s"] = redefaulted
+    for group, name, _ in documented:
+        if name in fields and name not in redefaulted:
+            groups.setdefault(group, []).append(name)
+    undocumented = [name for name in fields if not any(name in names for names in groups.values())]
+    if undocumented:
+        raise ValueError(f"{cls.__name__} fields missing from its docstring's Parameters: {undocumented}")
+    header = (
+        f"| setting | type | default | {base.__name__}'s default | what it does | paper |\n|---|---|---|---|---|---|"
+    )
+    out = []
+    for group, names in groups.items():
+        rows = []
+        for name in names:
+            field = fields[name]
+            annotation = own[name] if isinstance(own[name], str) else inspect.formatannotation(field.type)
+            help_text = field.metadata.get("help", "")
+            if not help_text:
+                raise ValueError(f"{cls.__name__}.{name} has no `help` metadata")
+            theirs = f"`{base_defaults[name]!r}`" if name in base_defaults else "(new)"
+            rows.append(
+                f"| `{name}` | `{cell(annotation)}` | `{field.default!r}` | {theirs} | {cell(help_text)} "
+                f"| {paper_sections(group, help_text)} |"
+            )
+        out.append(f"**{group}**\n\n{header}\n" + "\n".join(rows))
+    return "\n\n".join(out)
+
+
+def arguments_table(cls=None) -> str:
+    """The reference table of a class's constructor arguments: signature (type, default) and its `Args:` entries."""
+    cls = cls or dapo_trl.MathVerifierReward
+    parameters = {
+        name: p for name, p in inspect.signature(cls.__init__).parameters.items() if name not in ("self", "args")
+    }
+    described = {name: description for _, name, description in docstring_parameters(cls, "Args:")}
+    if set(described) != set(parameters):
+        raise ValueError(
+            f"{cls.__name__}: arguments {sorted(parameters)} but its docstring's Args: {sorted(described)}"
+        )
+    rows = ["| argument | type | default | what it does | paper |", "|---|---|---|---|---|"]
+    for name, p in parameters.items():
+        default = "(required)" if p.default is inspect.Parameter.empty else f"`{p.default!r}`"
+        rows.append(
+            f"| `{name}` | `{cell(str(_annotation(p.annotation)))}` | {default} | {cell(described[name])} "
+            f"| {paper_sections(described[name])} |"
+        )
+    return "\n".join(rows)
+
+
+REFERENCE_TABLES = {
+    "DAPOConfig": (
+        "settings",
+        "Every setting DAPOConfig adds or gives a new default; all of GRPOConfig's others are accepted unchanged. "
+        "`python examples/train_math.py --help` prints the same help lines. *paper*: the section of arXiv 2503.14476 "
+        "the setting implements (- where the paper has no such setting).",
+        settings_table,
+    ),
+    "MathVerifierReward": ("arguments", "Keyword-only arguments of the constructor.", arguments_table),
+}
+
+
 def entry(name: str, obj) -> str:
     parts = [f"### `{name}`\n"]
     if inspect.isclass(obj) and dataclasses.is_dataclass(obj):
@@ -134,6 +257,9 @@ def entry(name: str, obj) -> str:
     else:
         parts.append(code(signature(name, obj)))
     parts.append(f"\n{first_paragraph(obj)}\n")
+    if name in REFERENCE_TABLES:
+        what, lead, table = REFERENCE_TABLES[name]
+        parts.append(f"#### `{name}` {what}\n\n{lead}\n\n{table()}\n")
     if inspect.isclass(obj):
         methods = public_methods(obj)
         regular = [(n, m) for n, m in methods if not is_extension_point(m)]

@@ -145,7 +145,7 @@ class DAPOConfig(GRPOConfig):
     )
     num_generations: int | None = field(
         default=16,
-        metadata={"help": "Completions sampled per prompt (group size G). The paper uses 16."},
+        metadata={"help": "Completions sampled per prompt (group size G). The paper uses 16 (DAPO §4.1)."},
     )
     per_device_train_batch_size: int = field(
         default=16,

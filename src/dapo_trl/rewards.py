@@ -82,9 +82,9 @@ class MathVerifierReward:
 
     Args:
         correct_reward (`float`, *optional*, defaults to `1.0`):
-            Reward of a correct answer.
+            Reward of a correct answer (DAPO §2.4, Eq. 7: 1).
         incorrect_reward (`float`, *optional*, defaults to `-1.0`):
-            Reward of a wrong or missing answer.
+            Reward of a wrong or missing answer (DAPO §2.4, Eq. 7: -1).
         answer_column (`str`, *optional*):
             Dataset column holding the gold answer. A dotted path reads inside dict columns
             (`"reward_model.ground_truth"` for DAPO-Math-17k). If `None`, the first of `answer`, `solution` and
@@ -96,9 +96,9 @@ class MathVerifierReward:
             Worker processes for symbolic comparisons. Defaults to `min(4, os.cpu_count())`.
         rule (`str`, *optional*, defaults to `"equivalence"`):
             `"equivalence"`: this verifier (boxed answers and answer lines, symbolic equivalence, units, ...).
-            `"dapo"`: the DAPO paper's rule, to reproduce the paper: the last `Answer:` line of the last 300
+            `"dapo"`: the DAPO paper's rule (§2.4), to reproduce the paper: the last `Answer:` line of the last 300
             characters, normalised, must match the normalised gold exactly (`dapo_trl.verifier.dapo_rule`). The two
-            disagree on some completions (see the README's verifier section), which changes which groups dynamic
+            disagree on some completions (see docs/verifier.md), which changes which groups dynamic
             sampling keeps.
         extraction (`str`, *optional*, defaults to `"strict"`):
             `"strict"`: only a boxed answer or an answer line counts (DAPO's format reward: a policy is not paid for
