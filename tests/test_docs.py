@@ -138,3 +138,15 @@ def test_the_gpu_note_comes_before_the_commands_that_install_torch():
     text = README.read_text()
     first_install = text.index("```bash\nmake demo")
     assert -1 < text.find("TORCH=") < first_install, "the note on `TORCH=` must precede the `make demo` block"
+
+
+def test_a_reference_to_another_section_is_a_link():
+    """`see "Some section" above` breaks when a section moves to another page (one pointed the wrong way): link it."""
+    quoted = re.compile(r"\b[Ss]ee \"[A-Z][^\"]+\"")
+    found = [
+        f"{page.relative_to(ROOT)}: {match.group(0)}"
+        for page in PAGES
+        for line in prose_lines(page.read_text())
+        for match in quoted.finditer(line)
+    ]
+    assert not found, "write these as [section](page.md#anchor) links:\n" + "\n".join(found)
