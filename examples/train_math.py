@@ -27,8 +27,8 @@ examples/slurm/ and examples/kubernetes/ are complete recipes (vLLM server on it
 that a preempted run restarts from its newest complete checkpoint). Each recipe states the batch plan it was
 written for (`recipe_*` keys); a run whose plan differs warns at start with the settings that restore it.
 
-Departures from the paper in the CPU demo (the paper recipe is configs/dapo_qwen2.5_32b.yaml; the README's "paper
-recipe" table lists where it and verl's differ): a 0.34M-parameter model instead of Qwen2.5-32B, a synthetic task
+Departures from the paper in the CPU demo (the paper recipe is configs/dapo_qwen2.5_32b.yaml;
+docs/paper_recipe.md lists where it and verl's differ): a 0.34M-parameter model instead of Qwen2.5-32B, a synthetic task
 instead of DAPO-Math-17k, a supervised warm-up first (from random weights every group is all-wrong and nothing can be
 learned), 8 samples per prompt instead of 16, 4 updates per rollout step instead of 16, and a learning rate suited to a
 tiny model (1e-6 would not move it).

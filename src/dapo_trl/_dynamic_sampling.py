@@ -321,7 +321,7 @@ class DynamicSamplingMixin:
         return {key: len(values) for key, values in self._metrics["train"].items()}
 
     def _log_step(self, step: _Step, batch: dict, plan: SelectionPlan, missing: int) -> None:
-        """Every metric of the generation batch, once, over a stated population (see the README's metric list)."""
+        """Every metric of the generation batch, once, over a stated population (see docs/metrics.md)."""
         self._merge_call_metrics(step)
         if step.rewards:
             rewards, lengths = torch.cat(step.rewards), torch.cat(step.lengths)

@@ -44,7 +44,7 @@ Tuning record (2 shared CPU cores, `OMP_NUM_THREADS=1`, torch 2.13 CPU, TRL 1.16
 
   These runs scored with [`is_correct`] on all 256 drawn problems, repeats included; the demo now scores the
   distinct ones (228 at seed 0) with the math verifier, exactly as `python -m dapo_trl.evaluation` does on its
-  run folder (the README has its current numbers).
+  run folder (docs/training.md has its current numbers).
   The 2 cores were shared with other jobs during these runs (load 3-5): wall times were 6-12 minutes. Seed 3 shows
   why the early stop exists: without it its warm-up reached 0.92 (`dapo_trl.toy` driven by hand), only 17-32% of
   the groups were informative, and the RL phase used 2.4x the CPU time.
