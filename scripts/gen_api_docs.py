@@ -239,7 +239,7 @@ REFERENCE_TABLES = {
     "DAPOConfig": (
         "settings",
         "Every setting DAPOConfig adds or gives a new default; all of GRPOConfig's others are accepted unchanged. "
-        "`python examples/train_math.py --help` prints the same help lines. *paper*: the section of arXiv 2503.14476 "
+        "The `--help` of `examples/train_math.py` prints the same help lines. *paper*: the section of arXiv 2503.14476 "
         "the setting implements (- where the paper has no such setting).",
         settings_table,
     ),
