@@ -380,7 +380,9 @@ class DynamicSamplingMixin:
                 per_call[key] = values[start:]
                 del values[start:]
         rows = step.rows_per_call
-        completion_keys = {k: v for k, v in per_call.items() if k.startswith("completions/") and len(v) == len(rows)}
+        completion_keys = {
+            k: v for k, v in per_call.items() if k.startswith(("completions/", "tools/")) and len(v) == len(rows)
+        }
         merged = merge_completion_metrics(completion_keys, rows) if rows else {}
         for key, values in per_call.items():
             if key in merged or key in _REWARD_METRICS or key.startswith("rewards/"):

@@ -1,0 +1,111 @@
+"""Correct at the edges of training: metrics merged over refill rounds, resume past the first epoch, steps without a
+loss token, padding between the old-log-prob and loss forwards, staleness of carried groups."""
+
+import pytest
+import torch
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from datasets import Dataset
+
+pytestmark = pytest.mark.integration
+
+G = 4
+
+
+def make(tmp_path, dataset=None, reward=None, cls=Recorder, model=None, **overrides):
+    tiny, tokenizer = tiny_model_and_tokenizer()
+    return cls(
+        model=model or tiny,
+        reward_funcs=[reward or ScriptedReward()],
+        args=config(tmp_path, **overrides),
+        train_dataset=dataset if dataset is not None else scripted_dataset(),
+        processing_class=tokenizer,
+    )
+
+
+def logged(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+def refill_dataset(n=60):
+    # With a sequential stream and deficit refills, rounds come out of different sizes and accuracies.
+    kinds = ["easy", "mixed", "easy", "hard", "easy", "hard", "mixed", "easy"] * (n // 8 + 1)
+    return Dataset.from_dict({"prompt": [f"q{i}?\n" for i in range(n)], "kind": kinds[:n]})
+
+
+# ---------------------------------------------------------------------------------------------- merged metrics
+
+
+def multiply(a: int, b: int) -> int:
+    """
+    Multiplies two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a * b
+
+
+class ToolRows(Recorder):
+    """
+    Every generation call goes through TRL's tool branch with a scripted tool loop: row `i` of a call makes
+    `len(completion) % 3` tool calls, one of which fails when its first token id is odd. Keeps each row's length,
+    truncation (TRL's rule), tool calls and failures, for every call.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tools = [multiply]
+        self.rows: list[tuple[int, bool, int, int]] = []
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields):
+        calls = [len(ids) % 3 for ids in completion_ids]
+        failures = [int(c > 0 and ids[0] % 2 == 1) for c, ids in zip(calls, completion_ids, strict=True)]
+        if self.model.training:
+            eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+            for ids, c, f in zip(completion_ids, calls, failures, strict=True):
+                self.rows.append((len(ids), ids[-1] not in eos_and_pad, c, f))
+        tool_mask = [[1] * len(ids) for ids in completion_ids]
+        tool_images = [[] for _ in completion_ids]
+        return tool_mask, completions, completion_ids, logprobs, sum(calls), sum(failures), tool_images
+
+
+def one_call_metrics(rows: list[tuple[int, bool, int, int]]) -> dict[str, float]:
+    """What TRL's `_generate_and_score_completions` would log for all `rows` in one call."""
+    lengths = torch.tensor([r[0] for r in rows], dtype=torch.float32)
+    truncated = torch.tensor([r[1] for r in rows])
+    terminated = lengths[~truncated] if (~truncated).any() else torch.zeros(1)
+    calls, failures = sum(r[2] for r in rows), sum(r[3] for r in rows)
+    return {
+        "completions/mean_length": lengths.mean().item(),
+        "completions/min_length": lengths.min().item(),
+        "completions/max_length": lengths.max().item(),
+        "completions/clipped_ratio": truncated.float().mean().item(),
+        "completions/mean_terminated_length": terminated.mean().item(),
+        "completions/min_terminated_length": terminated.min().item(),
+        "completions/max_terminated_length": terminated.max().item(),
+        "tools/call_frequency": calls / len(rows),
+        "tools/failure_frequency": failures / calls if calls else 0.0,
+    }
+
+
+def test_completion_and_tool_metrics_of_a_multi_round_step_are_those_of_one_call(tmp_path):
+    trainer = make(
+        tmp_path,
+        dataset=refill_dataset(),
+        cls=ToolRows,
+        max_steps=1,
+        shuffle_dataset=False,
+        dynamic_sampling_round_sizing="deficit",
+        per_device_train_batch_size=12,  # 3 groups per batch
+        max_completion_length=12,
+        temperature=2.0,  # spread the lengths: some completions end early, some are cut
+    )
+    trainer.train()
+    assert logged(trainer, "dynamic_sampling/rounds")[0] >= 3
+    history = trainer.state.log_history[0]
+    expected = one_call_metrics(trainer.rows)
+    assert 0 < expected["completions/clipped_ratio"] < 1, "the test needs both terminated and truncated rows"
+    assert expected["completions/min_length"] < expected["completions/max_length"]
+    for key, value in expected.items():
+        assert history[key] == pytest.approx(value, rel=1e-6), key
