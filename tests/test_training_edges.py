@@ -109,3 +109,49 @@ def test_completion_and_tool_metrics_of_a_multi_round_step_are_those_of_one_call
     assert expected["completions/min_length"] < expected["completions/max_length"]
     for key, value in expected.items():
         assert history[key] == pytest.approx(value, rel=1e-6), key
+
+
+# ---------------------------------------------------------------------------------------------- resume past epoch 0
+
+
+def test_drop_in_resume_past_the_first_epoch_trains_the_same_prompts_in_the_same_order(tmp_path):
+    # 8 prompts, 2 per step: 4 steps per epoch; the resumed runs start in epoch 2 (at its start and inside it).
+    common = dict(
+        dataset=scripted_dataset(8),
+        dynamic_sampling=False,
+        max_steps=10,
+        save_strategy="steps",
+        save_steps=1,
+    )
+    full = make(tmp_path / "full", **common)
+    full.train()
+    epochs = [tuple(sorted(b["prompt_ids"][:, -4:].tolist())) for b in full.recorded]
+    assert epochs[0:4] != epochs[4:8], "the test needs epochs in different orders"
+    for step in (8, 9):
+        resumed = make(tmp_path / f"resumed-{step}", **common)
+        resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{step}"))
+        assert len(resumed.recorded) == 10 - step
+        for a, b in zip(full.recorded[step:], resumed.recorded, strict=True):
+            assert torch.equal(a["prompt_ids"], b["prompt_ids"])
+            assert torch.equal(a["completion_ids"], b["completion_ids"])
+
+
+def test_epoch_sampler_keeps_trls_order_and_restarts_at_any_epoch():
+    from trl.trainer.utils import RepeatSampler
+
+    from dapo_trl.prompt_source import EpochSampler
+
+    def make_sampler():
+        return RepeatSampler(range(10), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=7)
+
+    trl_sampler, ours = make_sampler(), EpochSampler(make_sampler())
+    passes = [list(trl_sampler) for _ in range(3)]
+    assert passes[0] != passes[1] != passes[2]
+    for epoch in range(3):
+        ours.set_epoch(epoch)
+        assert list(ours) == passes[epoch]
+    unset = EpochSampler(make_sampler())  # without set_epoch, each pass is the next epoch
+    assert [list(unset) for _ in range(3)] == passes
+    resumed = EpochSampler(make_sampler())
+    resumed.set_epoch(2)
+    assert list(resumed) == passes[2] and len(resumed) == len(trl_sampler)

@@ -9,6 +9,7 @@ TRL private method:
 | `_calculate_rewards`                    | check each reward's output, keep the gathered rewards, add the overlong penalty |
 | `_generate_and_score_completions`       | run generation rounds until the batch holds only informative groups; advantages with the penalty |
 | `get_train_dataloader`                  | with dynamic sampling, the dataloader only paces the steps                 |
+| `_get_train_sampler`                    | each epoch's prompt order a function of seed and epoch (exact resume)      |
 | `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count     |
 | `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio)  |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
@@ -47,7 +48,7 @@ from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_
 from .overlong import OverlongPenalty, is_truncated
 from .preemption import PreemptionMixin
 from .prompt_history import SkipPolicy
-from .prompt_source import DatasetPrompts, StreamPrompts
+from .prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
 from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
 from .sampling import GroupClassification, RoundPlanner, SelectionPlan, classify_groups, plan_selection
 
@@ -647,6 +648,11 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             return super().get_train_dataloader()
         finally:
             self.train_dataset = real
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, with each epoch's order a function of the seed and the epoch (exact resume past epoch 0)."""
+        sampler = super()._get_train_sampler(dataset)
+        return EpochSampler(sampler) if EpochSampler.wraps(sampler) else sampler
 
     # ------------------------------------------------------------------ exact token-level normaliser
 
