@@ -1,10 +1,14 @@
 """Correct at the edges of training: metrics merged over refill rounds, resume past the first epoch, steps without a
 loss token, padding between the old-log-prob and loss forwards, staleness of carried groups."""
 
+import copy
+import logging
+
 import pytest
 import torch
 from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 from datasets import Dataset
+from transformers import TrainerCallback
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +159,61 @@ def test_epoch_sampler_keeps_trls_order_and_restarts_at_any_epoch():
     resumed = EpochSampler(make_sampler())
     resumed.set_epoch(2)
     assert list(resumed) == passes[2] and len(resumed) == len(trl_sampler)
+
+
+# ---------------------------------------------------------------------------------------------- empty batches
+
+
+class StateCapture(TrainerCallback):
+    """After each optimizer step: the weights, the optimizer state and the scheduler state."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.steps: list[dict] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        self.steps.append(
+            {
+                "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "optimizer": copy.deepcopy(trainer.optimizer.state_dict()),
+                "scheduler": copy.deepcopy(trainer.lr_scheduler.state_dict()),
+                "lr": trainer.lr_scheduler.get_last_lr(),
+            }
+        )
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    for name, value in a["params"].items():
+        assert torch.equal(value, b["params"][name]), f"{name} moved"
+    for index, state in a["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, b["optimizer"]["state"][index][key]), f"optimizer {key} of {index} moved"
+    assert a["scheduler"] == b["scheduler"] and a["lr"] == b["lr"]
+
+
+def test_a_batch_without_an_informative_group_takes_no_optimizer_step(tmp_path, caplog):
+    # Sequential stream, one round per batch: the first batch holds two mixed groups, the next two hold none.
+    dataset = scripted_dataset(12, kinds=("mixed", "mixed", "easy", "easy", "hard", "hard"))
+    trainer = make(
+        tmp_path,
+        dataset=dataset,
+        max_steps=3,
+        shuffle_dataset=False,
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_round_sizing="deficit",
+        weight_decay=0.1,
+    )
+    capture = StateCapture(trainer)
+    trainer.add_callback(capture)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert logged(trainer, "dynamic_sampling/groups_trained") == [2, 0, 0]
+    assert logged(trainer, "dynamic_sampling/skipped_updates") == [0.0, 1.0, 1.0]
+    assert trainer.state.global_step == 3
+    first, *skipped = capture.steps
+    assert first["optimizer"]["state"], "the first step must have given AdamW moments"
+    for state in skipped:
+        assert_same_state(first, state)
+    assert "the optimizer update is skipped" in caplog.text

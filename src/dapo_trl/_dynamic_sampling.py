@@ -436,7 +436,15 @@ class DynamicSamplingMixin:
         )
         if args.dynamic_sampling_on_exhausted == "raise":
             raise RuntimeError(message)
-        logger.warning(message + " Training on the groups collected; the rest of the batch is masked.")
+        if missing < target:
+            logger.warning(message + " Training on the groups collected; the rest of the batch is masked.")
+            return
+        self._skipped_batches += 1
+        logger.warning(
+            f"{message} With no group to train on, the optimizer update is skipped: weights, optimizer moments and "
+            "learning-rate schedule stay as they are, global_step still advances (counted in "
+            f"dynamic_sampling/skipped_updates; {self._skipped_batches} such batch(es) in this run)."
+        )
 
     # ------------------------------------------------------------------ completions table
 

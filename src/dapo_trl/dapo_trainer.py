@@ -10,7 +10,7 @@ TRL private method:
 | `_generate_and_score_completions`       | run generation rounds until the batch holds only informative groups; advantages with the penalty |
 | `get_train_dataloader`                  | with dynamic sampling, the dataloader only paces the steps                 |
 | `_get_train_sampler`                    | each epoch's prompt order a function of seed and epoch (exact resume)      |
-| `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count     |
+| `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count; skip the update of a step without a loss token |
 | `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio)  |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
 | `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state and a half-used generation batch |
@@ -153,6 +153,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._loss_inputs: dict | None = None
         self._reward_warnings: set[tuple[str, str]] = set()
         self._weight_syncs = 0
+        self._skip_update = False
+        self._skipped_batches = 0
+        self._warned_deepspeed_skip = False
         self._overlong = self.build_overlong_penalty()
         self._setup_dynamic_sampling(prompts)
         self._count_weight_syncs()
@@ -657,10 +660,14 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     # ------------------------------------------------------------------ exact token-level normaliser
 
     def _prepare_inputs(self, generation_batch):
-        if not self.model.training or self.loss_type != "dapo":
+        exact = self.loss_type == "dapo"
+        if not self.model.training or not (exact or self._ds_active):
             return super()._prepare_inputs(generation_batch)
         before = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
+        cycle = self.args.steps_per_generation * self.num_iterations
+        if not exact and cycle % self.args.gradient_accumulation_steps != 0:
+            return inputs  # an optimizer step spans two generation cycles: no per-step token count
         if self._buffered_inputs is not before or self._window_tokens is None:
             # New generation cycle: count each micro-batch's loss tokens over all processes (collective, and every
             # process regenerates at the same step).
@@ -673,12 +680,58 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 gradient_accumulation_steps=self.args.gradient_accumulation_steps,
             )
         window = self._window_tokens[self._step % len(self._window_tokens)]
+        if self._ds_active and self._step % self.args.gradient_accumulation_steps == 0:
+            self._plan_update(skip=window == 0)
+        if not exact:
+            return inputs
         num_items = trl_num_items_for_exact_normalizer(
             window,
             steps_per_generation=self.args.steps_per_generation,
             gradient_accumulation_steps=self.current_gradient_accumulation_steps,
         )
         return {**inputs, "num_items_in_batch": torch.tensor(num_items, device=self.accelerator.device)}
+
+    # ------------------------------------------------------------------ optimizer steps without a loss token
+
+    def _plan_update(self, *, skip: bool) -> None:
+        """
+        Decide, at the first micro-step of an optimizer step, whether its update is skipped: with dynamic sampling, a
+        step whose micro-batches hold no loss token on any process (no informative group reached it) has a gradient of
+        exactly 0, yet AdamW would still move the weights on its stale moments, apply weight decay and advance the
+        schedule. `global_step` still counts the step (logging, checkpoints and `max_steps` count batches); the
+        learning-rate schedule counts updates, as after a mixed-precision overflow.
+        """
+        self._install_update_skipping()
+        if skip and self.is_deepspeed_enabled:
+            if not self._warned_deepspeed_skip:
+                self._warned_deepspeed_skip = True
+                logger.warning(
+                    "An optimizer step holds no loss token, but DeepSpeed updates the weights inside its engine: the "
+                    "update cannot be skipped there, and AdamW moves the weights on its stale moments."
+                )
+            skip = False
+        self._skip_update = skip
+        self.log_metric("dynamic_sampling/skipped_updates", float(skip))
+
+    def _install_update_skipping(self) -> None:
+        """
+        Wrap the optimizer's `step` (once; it exists by the first micro-step). A skipped step raises accelerate's
+        "step skipped" flag (`optimizer_step_was_skipped`, as after a mixed-precision overflow), on which the Trainer
+        and accelerate's scheduler leave the learning-rate schedule where it is.
+        """
+        optimizer = self.optimizer
+        if getattr(optimizer, "_dapo_skips_updates", False):
+            return
+        step = optimizer.step
+
+        def step_unless_skipped(*args, **kwargs):
+            optimizer._is_overflow = self._skip_update  # a scaler's own overflow check, if any, overrides it
+            if self._skip_update:
+                return None
+            return step(*args, **kwargs)
+
+        optimizer.step = step_unless_skipped
+        optimizer._dapo_skips_updates = True
 
     # ------------------------------------------------------------------ loss forward and monitors
 
