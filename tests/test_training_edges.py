@@ -217,3 +217,85 @@ def test_a_batch_without_an_informative_group_takes_no_optimizer_step(tmp_path, 
     for state in skipped:
         assert_same_state(first, state)
     assert "the optimizer update is skipped" in caplog.text
+
+
+# ---------------------------------------------------------------------------------------------- padding and positions
+
+
+class LossLogps(Recorder):
+    """Keeps the loss forward's log-probabilities next to each recorded micro-batch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loss_logps: list[torch.Tensor] = []
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if kwargs.get("compute_entropy") and self.model.training:
+            self.loss_logps.append(out[0].detach().clone())
+        return out
+
+
+def tiny_gpt2(tokenizer):
+    """A GPT-2 (learned absolute positions) of the tiny model's size, built from a config, without dropout."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=128,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return GPT2LMHeadModel(config)
+
+
+def varied_prompts(n=80):
+    """Prompts of 3 to 6 tokens (so generation calls pad to different widths); one group in five is informative."""
+    kinds = ("mixed", "easy", "hard", "easy", "hard")
+    return Dataset.from_dict(
+        {
+            "prompt": [f"q{(i * 7919) % 10 ** (1 + i % 4)}?\n" for i in range(n)],
+            "kind": [kinds[i % 5] for i in range(n)],
+        }
+    )
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "gpt2"])
+@pytest.mark.parametrize("steps_per_generation", [1, 2])  # 1: carried rows keep sampling log-probs; 2: TRL's old ones
+def test_repadded_rows_keep_a_ratio_of_one_before_any_update(tmp_path, architecture, steps_per_generation):
+    # learning_rate=0: the policy never changes, so every row's ratio must be 1 at every micro-step, carried or fresh,
+    # whatever padding the assembled batch gave it.
+    model, tokenizer = tiny_model_and_tokenizer()
+    if architecture == "gpt2":
+        model = tiny_gpt2(tokenizer)
+    trainer = make(
+        tmp_path,
+        cls=LossLogps,
+        model=model,
+        dataset=varied_prompts(),
+        max_steps=4,
+        learning_rate=0.0,
+        steps_per_generation=steps_per_generation,
+        dynamic_sampling_round_sizing="fixed",
+        dynamic_sampling_carry_over=True,
+    )
+    trainer.train()
+    assert max(logged(trainer, "dynamic_sampling/rounds")) > 1
+    assert sum(logged(trainer, "dynamic_sampling/groups_carried")) > 0
+    checked = 0
+    for batch, logps in zip(trainer.recorded, trainer.loss_logps, strict=True):
+        old = batch.get("old_per_token_logps")
+        if old is None:
+            continue
+        mask = batch["completion_mask"].bool()
+        assert ((logps - old).abs() * mask).max() <= 1e-6
+        checked += 1
+    assert checked

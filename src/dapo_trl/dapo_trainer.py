@@ -11,7 +11,7 @@ TRL private method:
 | `get_train_dataloader`                  | with dynamic sampling, the dataloader only paces the steps                 |
 | `_get_train_sampler`                    | each epoch's prompt order a function of seed and epoch (exact resume)      |
 | `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count; skip the update of a step without a loss token |
-| `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio)  |
+| `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio); with dynamic sampling, positions counted over attended tokens so re-padding leaves the ratio at 1 |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
 | `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state and a half-used generation batch |
 | `train`, `_get_output_dir` (`PreemptionMixin`) | auto-resume, preemption handling, checkpoints published atomically  |
@@ -21,7 +21,9 @@ TRL private method:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import logging
 import math
 import os
@@ -736,9 +738,10 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     # ------------------------------------------------------------------ loss forward and monitors
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-        )
+        with self._positions_from_mask(model):
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
         if kwargs.get("compute_entropy"):  # the loss forward (generation-time calls do not ask for entropies)
             self._loss_logps = logps.detach()
             inputs = self._loss_inputs
@@ -748,6 +751,31 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 on_policy = inputs[_batch.ON_POLICY_KEY].unsqueeze(1)
                 inputs["old_per_token_logps"] = torch.where(on_policy, self._loss_logps, inputs["old_per_token_logps"])
         return logps, entropies, aux
+
+    @contextlib.contextmanager
+    def _positions_from_mask(self, model):
+        """
+        With dynamic sampling, every log-probability forward numbers positions over attended tokens
+        ([`_batch.position_ids`]), so re-padding rows between the old-log-prob forward and the loss forward changes
+        nothing: the ratio stays 1 (to float rounding) for learned absolute positions as for RoPE. The model gets
+        `position_ids` through a forward pre-hook for the duration of the call (TRL's forward passes none).
+        """
+        module = self.accelerator.unwrap_model(model)
+        if not (self._ds_active and _accepts_position_ids(module)):
+            yield
+            return
+
+        def add_positions(_module, args, kwargs):
+            mask = kwargs.get("attention_mask")
+            if mask is None or kwargs.get("position_ids") is not None:
+                return None
+            return args, {**kwargs, "position_ids": _batch.position_ids(mask)}
+
+        handle = module.register_forward_pre_hook(add_positions, with_kwargs=True)
+        try:
+            yield
+        finally:
+            handle.remove()
 
     def _compute_loss(self, model, inputs):
         self._loss_inputs = inputs
@@ -866,6 +894,15 @@ def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
         "(dynamic_sampling, overlong_shaping, ...) take their defaults."
     )
     return DAPOConfig(**values)
+
+
+def _accepts_position_ids(model: nn.Module) -> bool:
+    """Whether the model (the base model under PEFT) takes `position_ids` in its forward."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "position_ids" in inspect.signature(type(base).forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _load_state_file(path: str) -> dict:
