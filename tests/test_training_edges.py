@@ -299,3 +299,23 @@ def test_repadded_rows_keep_a_ratio_of_one_before_any_update(tmp_path, architect
         assert ((logps - old).abs() * mask).max() <= 1e-6
         checked += 1
     assert checked
+
+
+# ---------------------------------------------------------------------------------------------- staleness
+
+
+def test_carried_rows_are_logged_as_stale_by_the_updates_of_one_generation_batch(tmp_path):
+    # steps_per_generation=2, gradient_accumulation_steps=1: two optimizer updates per generation batch, so rows
+    # carried into the next batch were sampled by a policy two updates older than the one of its first update.
+    trainer = make(
+        tmp_path,
+        dataset=varied_prompts(),
+        max_steps=8,
+        steps_per_generation=2,
+        dynamic_sampling_round_sizing="fixed",
+        dynamic_sampling_carry_over=True,
+    )
+    trainer.train()
+    staleness = logged(trainer, "dynamic_sampling/carried_staleness")
+    assert staleness and set(staleness) == {2.0}
+    assert len(staleness) == sum(1 for c in logged(trainer, "dynamic_sampling/groups_carried") if c > 0)

@@ -170,6 +170,7 @@ class DynamicSamplingMixin:
         local["_value"] = values.flatten()[row]
         local["_rewards"] = scored.rewards[row]
         local["_penalty"] = scored.penalty[row]
+        local["_sampled_at"] = torch.full_like(row, self._policy_updates)  # policy version that sampled the row
         step.pieces.append(_batch.select_rows(local, informative[row // G]))
         if scored.table is not None:
             for g in informative.nonzero().flatten().tolist():
@@ -271,6 +272,7 @@ class DynamicSamplingMixin:
             "_value": torch.zeros(1, device=device),
             "_rewards": torch.zeros(1, len(self.reward_funcs), device=device),
             "_penalty": torch.zeros(1, device=device),
+            "_sampled_at": -torch.ones(1, dtype=torch.long, device=device),
         }
         generate_every = self.args.steps_per_generation * self.num_iterations
         vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
@@ -347,6 +349,11 @@ class DynamicSamplingMixin:
             "reward_before_filter": self._mean_total_reward(torch.cat(step.rewards)) if step.rewards else math.nan,
             "reward_after_filter": self._mean_total_reward(batch["_rewards"][trained]),
         }
+        carried = trained & (batch["_group"] < step.num_carried) & (batch["_sampled_at"] >= 0)
+        if carried.any():
+            # Optimizer updates between the policy that sampled the carried rows and the one of this batch's first
+            # update: steps_per_generation * num_iterations / gradient_accumulation_steps per generation batch waited.
+            stats["carried_staleness"] = (self._policy_updates - batch["_sampled_at"][carried]).float().mean().item()
         if self._correct_value is not None:
             values = torch.cat([v.flatten() for v in step.values]) if step.values else torch.zeros(0)
             stats["accuracy_before_filter"] = self._accuracy(values)

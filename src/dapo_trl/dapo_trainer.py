@@ -157,6 +157,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._weight_syncs = 0
         self._skip_update = False
         self._skipped_batches = 0
+        self._policy_updates = 0  # optimizer updates made (skipped ones not counted); saved with the sampler state
         self._warned_deepspeed_skip = False
         self._overlong = self.build_overlong_penalty()
         self._setup_dynamic_sampling(prompts)
@@ -380,6 +381,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             "planner": self._planner.state_dict(),
             "carry": {k: v.cpu() for k, v in self._carry.items()} if self._carry else None,
             "carry_groups": self._carry_groups,
+            "policy_updates": self._policy_updates,
             "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
             "num_generations": self.num_generations,
         }
@@ -398,6 +400,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         device = self.accelerator.device
         self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
         self._carry_groups = int(state["carry_groups"])
+        self._policy_updates = int(state.get("policy_updates", self.state.global_step))
+        if self._carry is not None and "_sampled_at" not in self._carry:  # saved before carried rows were dated
+            self._carry["_sampled_at"] = -torch.ones_like(self._carry["_group"])
         if self._skip_policy is not None:
             if state.get("skip") is not None:
                 self._skip_policy.load_state_dict(state["skip"])
@@ -730,6 +735,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             optimizer._is_overflow = self._skip_update  # a scaler's own overflow check, if any, overrides it
             if self._skip_update:
                 return None
+            self._policy_updates += 1  # the policy version carried rows are dated with
             return step(*args, **kwargs)
 
         optimizer.step = step_unless_skipped
