@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import math
@@ -731,6 +732,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             return
         step = optimizer.step
 
+        @functools.wraps(step)  # keeps the mark torch's scheduler put on the step it wrapped
         def step_unless_skipped(*args, **kwargs):
             optimizer._is_overflow = self._skip_update  # a scaler's own overflow check, if any, overrides it
             if self._skip_update:
