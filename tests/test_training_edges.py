@@ -6,7 +6,7 @@ import logging
 
 import pytest
 import torch
-from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_gpt2, tiny_model_and_tokenizer
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -234,27 +234,6 @@ class LossLogps(Recorder):
         if kwargs.get("compute_entropy") and self.model.training:
             self.loss_logps.append(out[0].detach().clone())
         return out
-
-
-def tiny_gpt2(tokenizer):
-    """A GPT-2 (learned absolute positions) of the tiny model's size, built from a config, without dropout."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=128,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return GPT2LMHeadModel(config)
 
 
 def varied_prompts(n=80):
