@@ -22,7 +22,8 @@ Strategies (one `RoundPlanner` each, fresh per population, same seed):
 
 Columns: `gen/trained` (groups generated per group trained), `x floor` (that over the floor `1 / p`),
 `rounds/step` (mean generation rounds per optimizer batch), `underfilled` (share of batches that ran out of rounds
-before holding `target` groups), `stale` (share of trained groups that were carried, one policy version old).
+before holding `target` groups), `stale` (share of trained groups that were carried, one generation batch old:
+`steps_per_generation * num_iterations / gradient_accumulation_steps` optimizer updates).
 Exact-deficit refill wastes nothing either, so it sits on the floor too; what it pays is rounds (each one a full,
 sequential generation pass) and underfilled batches.
 

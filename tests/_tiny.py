@@ -20,6 +20,27 @@ def tiny_model_and_tokenizer(seed: int = 0):
     return model, tokenizer
 
 
+def tiny_gpt2(tokenizer):
+    """A GPT-2 (learned absolute positions) of the tiny model's size, built from a config, without dropout."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=128,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return GPT2LMHeadModel(config)
+
+
 def scripted_dataset(n: int = 48, kinds=KINDS) -> Dataset:
     """Prompts `q<i>?` whose `kind` decides the scripted reward: all correct, all wrong, or mixed."""
     return Dataset.from_dict(

@@ -231,3 +231,15 @@ def test_overhead_quick_prints_the_comparison(capsys):
     # A loose bound (quick mode on shared cores is noisy): catches a gross regression, not a few percent.
     ratio = overhead._median(runs["DAPO"], "cpu_times") / overhead._median(runs["GRPO"], "cpu_times")
     assert ratio < 1.5
+
+
+@pytest.mark.integration
+def test_staleness_quick_prints_carried_and_fresh_ratios(capsys):
+    trainer = load_benchmark("staleness").main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| rows | micro-step | staleness | tokens | mean | std | p1 | p99 | clipped |" in out
+    assert "carried_staleness [4.0]" in out
+    # fresh rows start every generation batch at ratio 1 (TRL's old log-probs, computed at another padding)
+    fresh = torch.cat(trainer.records["fresh", 0, 0])
+    assert fresh.numel() and torch.equal(fresh, torch.ones_like(fresh))
+    assert any(kind == "carried" for kind, _, _ in trainer.records)

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_gpt2, tiny_model_and_tokenizer
 from datasets import Dataset
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from dapo_trl import DAPOConfig, DAPOTrainer
@@ -24,10 +25,10 @@ def test_every_listed_difference_has_a_test():
     assert listed_differences() == tested
 
 
-def make(tmp_path, cls=Recorder, dataset=None, reward=None, **overrides):
-    model, tokenizer = tiny_model_and_tokenizer()
+def make(tmp_path, cls=Recorder, dataset=None, reward=None, model=None, **overrides):
+    tiny, tokenizer = tiny_model_and_tokenizer()
     return cls(
-        model=model,
+        model=model or tiny,
         reward_funcs=[reward or ScriptedReward()],
         args=config(tmp_path, **overrides),
         train_dataset=dataset if dataset is not None else scripted_dataset(),
@@ -193,3 +194,54 @@ def test_difference_12_diagnostics_callback_first_and_flags_logged(tmp_path):
     assert not any(
         isinstance(c, DiagnosticsCallback) for c in make(tmp_path, diagnostics=False).callback_handler.callbacks
     )
+
+
+@pytest.mark.integration
+def test_difference_13_a_step_without_a_loss_token_makes_no_update(tmp_path):
+    params = []
+
+    class Snapshot(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            params.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+
+    dataset = scripted_dataset(8, kinds=("mixed", "mixed", "easy", "easy"))  # first batch informative, second not
+    trainer = make(
+        tmp_path,
+        dataset=dataset,
+        max_steps=2,
+        shuffle_dataset=False,
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_round_sizing="deficit",
+    )
+    trainer.add_callback(Snapshot())
+    trainer.train()
+    assert [h["dynamic_sampling/skipped_updates"] for h in trainer.state.log_history[:2]] == [0.0, 1.0]
+    assert all(torch.equal(v, params[1][k]) for k, v in params[0].items())
+
+
+def test_difference_14_positions_are_counted_over_attended_tokens(tmp_path):
+    _, tokenizer = tiny_model_and_tokenizer()
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    padded = torch.cat([torch.full((1, 3), tokenizer.pad_token_id), ids], dim=1)
+    mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones_like(ids)], dim=1)
+
+    def logps(trainer, input_ids, attention_mask):
+        with torch.no_grad():
+            return trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, attention_mask, 3)[0]
+
+    for dynamic_sampling, same in ((True, True), (False, False)):  # GPT-2: learned absolute positions
+        trainer = make(tmp_path, model=tiny_gpt2(tokenizer), dynamic_sampling=dynamic_sampling)
+        unpadded = logps(trainer, ids, torch.ones_like(ids))
+        assert torch.allclose(unpadded, logps(trainer, padded, mask), atol=1e-6) is same
+
+
+def test_difference_15_without_dynamic_sampling_each_epochs_order_depends_on_seed_and_epoch(tmp_path):
+    from dapo_trl.prompt_source import EpochSampler
+
+    trainer = make(tmp_path, dynamic_sampling=False)
+    trl_sampler = GRPOTrainer._get_train_sampler(trainer)
+    passes = [list(trl_sampler) for _ in range(3)]
+    resumed = trainer._get_train_sampler()
+    assert isinstance(resumed, EpochSampler)
+    resumed.set_epoch(2)  # what transformers does for a run resumed in epoch 2
+    assert list(resumed) == passes[2] != passes[0]

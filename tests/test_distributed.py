@@ -87,3 +87,24 @@ def test_two_processes_balanced_exact_and_filtered(tmp_path, mode):
             assert torch.equal(skip0[name], skip1[name]), name
         for name in skip0["history"]:
             assert torch.equal(torch.as_tensor(skip0["history"][name]), torch.as_tensor(skip1["history"][name])), name
+
+
+def test_two_processes_skip_the_update_of_a_batch_without_an_informative_group(tmp_path):
+    ranks = launch(tmp_path, "skip")
+    assert ranks[0]["world"] == 2, "accelerate started a single process"
+    history = ranks[0]["history"]
+    assert [h["dynamic_sampling/skipped_updates"] for h in history if "dynamic_sampling/skipped_updates" in h] == [
+        0.0,
+        1.0,
+        1.0,
+    ]
+    for rank in ranks:
+        first, *skipped = rank["steps"]
+        assert first["optimizer"], "the first step must have given AdamW moments"
+        for state in skipped:
+            for name, value in first["params"].items():
+                assert torch.equal(value, state["params"][name]), name
+            for index, moments in first["optimizer"].items():
+                for key, value in moments.items():
+                    assert torch.equal(value, state["optimizer"][index][key]), (index, key)
+            assert state["lr"] == first["lr"]

@@ -26,6 +26,7 @@ OVERRIDDEN = {
     "_save_checkpoint": ["self", "model", "trial"],
     "_load_optimizer_and_scheduler": ["self", "checkpoint"],
     "get_train_dataloader": ["self"],
+    "_get_train_sampler": ["self", "dataset"],
     "_tokenize_prompts": ["self", "prompts"],
 }
 

@@ -56,6 +56,27 @@ def loss_mask(batch: dict) -> torch.Tensor:
     return mask * batch["tool_mask"] if "tool_mask" in batch else mask
 
 
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """
+    Positions counted over attended tokens only, as transformers' `generate` numbers them: a row's first real token is
+    at position 0 however much left padding it has (padding gets 0). `(B, T)`.
+
+    Dynamic sampling left-pads rows of different generation calls to a common width after their old log-probabilities
+    were computed at another width; with positions counted from the first column (the default of a forward without
+    `position_ids`) a model with learned absolute positions (GPT-2, OPT) would then see the same row at other
+    positions, and its probability ratio would move away from 1 before any update.
+
+    Example:
+    ```python
+    >>> position_ids(torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 1, 0]])).tolist()
+    [[0, 0, 0, 1, 2], [0, 0, 1, 2, 0]]
+
+    ```
+    """
+    mask = attention_mask.long()
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
 def select_rows(batch: dict, index: torch.Tensor) -> dict:
     """Rows `index` (a long or bool tensor) of every per-row tensor; derived keys are dropped."""
     out = {}

@@ -170,6 +170,7 @@ class DynamicSamplingMixin:
         local["_value"] = values.flatten()[row]
         local["_rewards"] = scored.rewards[row]
         local["_penalty"] = scored.penalty[row]
+        local["_sampled_at"] = torch.full_like(row, self._policy_updates)  # policy version that sampled the row
         step.pieces.append(_batch.select_rows(local, informative[row // G]))
         if scored.table is not None:
             for g in informative.nonzero().flatten().tolist():
@@ -271,6 +272,7 @@ class DynamicSamplingMixin:
             "_value": torch.zeros(1, device=device),
             "_rewards": torch.zeros(1, len(self.reward_funcs), device=device),
             "_penalty": torch.zeros(1, device=device),
+            "_sampled_at": -torch.ones(1, dtype=torch.long, device=device),
         }
         generate_every = self.args.steps_per_generation * self.num_iterations
         vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
@@ -347,6 +349,11 @@ class DynamicSamplingMixin:
             "reward_before_filter": self._mean_total_reward(torch.cat(step.rewards)) if step.rewards else math.nan,
             "reward_after_filter": self._mean_total_reward(batch["_rewards"][trained]),
         }
+        carried = trained & (batch["_group"] < step.num_carried) & (batch["_sampled_at"] >= 0)
+        if carried.any():
+            # Optimizer updates between the policy that sampled the carried rows and the one of this batch's first
+            # update: steps_per_generation * num_iterations / gradient_accumulation_steps per generation batch waited.
+            stats["carried_staleness"] = (self._policy_updates - batch["_sampled_at"][carried]).float().mean().item()
         if self._correct_value is not None:
             values = torch.cat([v.flatten() for v in step.values]) if step.values else torch.zeros(0)
             stats["accuracy_before_filter"] = self._accuracy(values)
@@ -380,7 +387,9 @@ class DynamicSamplingMixin:
                 per_call[key] = values[start:]
                 del values[start:]
         rows = step.rows_per_call
-        completion_keys = {k: v for k, v in per_call.items() if k.startswith("completions/") and len(v) == len(rows)}
+        completion_keys = {
+            k: v for k, v in per_call.items() if k.startswith(("completions/", "tools/")) and len(v) == len(rows)
+        }
         merged = merge_completion_metrics(completion_keys, rows) if rows else {}
         for key, values in per_call.items():
             if key in merged or key in _REWARD_METRICS or key.startswith("rewards/"):
@@ -434,7 +443,15 @@ class DynamicSamplingMixin:
         )
         if args.dynamic_sampling_on_exhausted == "raise":
             raise RuntimeError(message)
-        logger.warning(message + " Training on the groups collected; the rest of the batch is masked.")
+        if missing < target:
+            logger.warning(message + " Training on the groups collected; the rest of the batch is masked.")
+            return
+        self._skipped_batches += 1
+        logger.warning(
+            f"{message} With no group to train on, the optimizer update is skipped: weights, optimizer moments and "
+            "learning-rate schedule stay as they are, global_step still advances (counted in "
+            f"dynamic_sampling/skipped_updates; {self._skipped_batches} such batch(es) in this run)."
+        )
 
     # ------------------------------------------------------------------ completions table
 

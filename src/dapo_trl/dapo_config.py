@@ -82,8 +82,10 @@ class DAPOConfig(GRPOConfig):
             and more surplus groups.
         dynamic_sampling_carry_over (`bool`, *optional*, defaults to `False`):
             Carry informative groups left over once the batch is full into the next generation batch instead of
-            discarding them. Carried groups are one policy version stale and their importance ratio uses the
-            log-probabilities of the policy that sampled them (computed when they are carried).
+            discarding them. Carried groups are one generation batch stale (`steps_per_generation * num_iterations /
+            gradient_accumulation_steps` optimizer updates at their first micro-step, logged as
+            `dynamic_sampling/carried_staleness`) and their importance ratio uses the log-probabilities of the policy
+            that sampled them (computed when they are carried).
 
         > Prompt length (TRL 1.16 has no prompt limit: string prompts are tokenised whole)
 

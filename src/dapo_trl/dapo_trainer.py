@@ -9,8 +9,9 @@ TRL private method:
 | `_calculate_rewards`                    | check each reward's output, keep the gathered rewards, add the overlong penalty |
 | `_generate_and_score_completions`       | run generation rounds until the batch holds only informative groups; advantages with the penalty |
 | `get_train_dataloader`                  | with dynamic sampling, the dataloader only paces the steps                 |
-| `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count     |
-| `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio)  |
+| `_get_train_sampler`                    | each epoch's prompt order a function of seed and epoch (exact resume)      |
+| `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count; skip the update of a step without a loss token |
+| `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio); with dynamic sampling, positions counted over attended tokens so re-padding leaves the ratio at 1 |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
 | `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state and a half-used generation batch |
 | `train`, `_get_output_dir` (`PreemptionMixin`) | auto-resume, preemption handling, checkpoints published atomically  |
@@ -20,7 +21,10 @@ TRL private method:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import inspect
 import logging
 import math
 import os
@@ -47,7 +51,7 @@ from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_
 from .overlong import OverlongPenalty, is_truncated
 from .preemption import PreemptionMixin
 from .prompt_history import SkipPolicy
-from .prompt_source import DatasetPrompts, StreamPrompts
+from .prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
 from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
 from .sampling import GroupClassification, RoundPlanner, SelectionPlan, classify_groups, plan_selection
 
@@ -152,6 +156,10 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._loss_inputs: dict | None = None
         self._reward_warnings: set[tuple[str, str]] = set()
         self._weight_syncs = 0
+        self._skip_update = False
+        self._skipped_batches = 0
+        self._policy_updates = 0  # optimizer updates made (skipped ones not counted); saved with the sampler state
+        self._warned_deepspeed_skip = False
         self._overlong = self.build_overlong_penalty()
         self._setup_dynamic_sampling(prompts)
         self._count_weight_syncs()
@@ -374,6 +382,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             "planner": self._planner.state_dict(),
             "carry": {k: v.cpu() for k, v in self._carry.items()} if self._carry else None,
             "carry_groups": self._carry_groups,
+            "policy_updates": self._policy_updates,
             "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
             "num_generations": self.num_generations,
         }
@@ -392,6 +401,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         device = self.accelerator.device
         self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
         self._carry_groups = int(state["carry_groups"])
+        self._policy_updates = int(state.get("policy_updates", self.state.global_step))
+        if self._carry is not None and "_sampled_at" not in self._carry:  # saved before carried rows were dated
+            self._carry["_sampled_at"] = -torch.ones_like(self._carry["_group"])
         if self._skip_policy is not None:
             if state.get("skip") is not None:
                 self._skip_policy.load_state_dict(state["skip"])
@@ -648,13 +660,22 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         finally:
             self.train_dataset = real
 
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, with each epoch's order a function of the seed and the epoch (exact resume past epoch 0)."""
+        sampler = super()._get_train_sampler(dataset)
+        return EpochSampler(sampler) if EpochSampler.wraps(sampler) else sampler
+
     # ------------------------------------------------------------------ exact token-level normaliser
 
     def _prepare_inputs(self, generation_batch):
-        if not self.model.training or self.loss_type != "dapo":
+        exact = self.loss_type == "dapo"
+        if not self.model.training or not (exact or self._ds_active):
             return super()._prepare_inputs(generation_batch)
         before = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
+        cycle = self.args.steps_per_generation * self.num_iterations
+        if not exact and cycle % self.args.gradient_accumulation_steps != 0:
+            return inputs  # an optimizer step spans two generation cycles: no per-step token count
         if self._buffered_inputs is not before or self._window_tokens is None:
             # New generation cycle: count each micro-batch's loss tokens over all processes (collective, and every
             # process regenerates at the same step).
@@ -667,6 +688,10 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 gradient_accumulation_steps=self.args.gradient_accumulation_steps,
             )
         window = self._window_tokens[self._step % len(self._window_tokens)]
+        if self._ds_active and self._step % self.args.gradient_accumulation_steps == 0:
+            self._plan_update(skip=window == 0)
+        if not exact:
+            return inputs
         num_items = trl_num_items_for_exact_normalizer(
             window,
             steps_per_generation=self.args.steps_per_generation,
@@ -674,12 +699,57 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         )
         return {**inputs, "num_items_in_batch": torch.tensor(num_items, device=self.accelerator.device)}
 
+    # ------------------------------------------------------------------ optimizer steps without a loss token
+
+    def _plan_update(self, *, skip: bool) -> None:
+        """
+        Decide, at the first micro-step of an optimizer step, whether its update is skipped: with dynamic sampling, a
+        step whose micro-batches hold no loss token on any process (no informative group reached it) has a gradient of
+        exactly 0, yet AdamW would still move the weights on its stale moments, apply weight decay and advance the
+        schedule. `global_step` still counts the step (logging, checkpoints and `max_steps` count batches); the
+        learning-rate schedule counts updates, as after a mixed-precision overflow.
+        """
+        self._install_update_skipping()
+        if skip and self.is_deepspeed_enabled:
+            if not self._warned_deepspeed_skip:
+                self._warned_deepspeed_skip = True
+                logger.warning(
+                    "An optimizer step holds no loss token, but DeepSpeed updates the weights inside its engine: the "
+                    "update cannot be skipped there, and AdamW moves the weights on its stale moments."
+                )
+            skip = False
+        self._skip_update = skip
+        self.log_metric("dynamic_sampling/skipped_updates", float(skip))
+
+    def _install_update_skipping(self) -> None:
+        """
+        Wrap the optimizer's `step` (once; it exists by the first micro-step). A skipped step raises accelerate's
+        "step skipped" flag (`optimizer_step_was_skipped`, as after a mixed-precision overflow), on which the Trainer
+        and accelerate's scheduler leave the learning-rate schedule where it is.
+        """
+        optimizer = self.optimizer
+        if getattr(optimizer, "_dapo_skips_updates", False):
+            return
+        step = optimizer.step
+
+        @functools.wraps(step)  # keeps the mark torch's scheduler put on the step it wrapped
+        def step_unless_skipped(*args, **kwargs):
+            optimizer._is_overflow = self._skip_update  # a scaler's own overflow check, if any, overrides it
+            if self._skip_update:
+                return None
+            self._policy_updates += 1  # the policy version carried rows are dated with
+            return step(*args, **kwargs)
+
+        optimizer.step = step_unless_skipped
+        optimizer._dapo_skips_updates = True
+
     # ------------------------------------------------------------------ loss forward and monitors
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-        )
+        with self._positions_from_mask(model):
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
         if kwargs.get("compute_entropy"):  # the loss forward (generation-time calls do not ask for entropies)
             self._loss_logps = logps.detach()
             inputs = self._loss_inputs
@@ -689,6 +759,31 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 on_policy = inputs[_batch.ON_POLICY_KEY].unsqueeze(1)
                 inputs["old_per_token_logps"] = torch.where(on_policy, self._loss_logps, inputs["old_per_token_logps"])
         return logps, entropies, aux
+
+    @contextlib.contextmanager
+    def _positions_from_mask(self, model):
+        """
+        With dynamic sampling, every log-probability forward numbers positions over attended tokens
+        ([`_batch.position_ids`]), so re-padding rows between the old-log-prob forward and the loss forward changes
+        nothing: the ratio stays 1 (to float rounding) for learned absolute positions as for RoPE. The model gets
+        `position_ids` through a forward pre-hook for the duration of the call (TRL's forward passes none).
+        """
+        module = self.accelerator.unwrap_model(model)
+        if not (self._ds_active and _accepts_position_ids(module)):
+            yield
+            return
+
+        def add_positions(_module, args, kwargs):
+            mask = kwargs.get("attention_mask")
+            if mask is None or kwargs.get("position_ids") is not None:
+                return None
+            return args, {**kwargs, "position_ids": _batch.position_ids(mask)}
+
+        handle = module.register_forward_pre_hook(add_positions, with_kwargs=True)
+        try:
+            yield
+        finally:
+            handle.remove()
 
     def _compute_loss(self, model, inputs):
         self._loss_inputs = inputs
@@ -807,6 +902,15 @@ def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
         "(dynamic_sampling, overlong_shaping, ...) take their defaults."
     )
     return DAPOConfig(**values)
+
+
+def _accepts_position_ids(model: nn.Module) -> bool:
+    """Whether the model (the base model under PEFT) takes `position_ids` in its forward."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "position_ids" in inspect.signature(type(base).forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _load_state_file(path: str) -> dict:

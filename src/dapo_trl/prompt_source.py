@@ -6,19 +6,67 @@ the data, and save their position with the sampler state so a resumed run contin
 - [`DatasetPrompts`]: a map-style `datasets.Dataset` (or any indexable set of rows); prompt `i` is row `i`.
 - [`StreamPrompts`]: a `datasets.IterableDataset` (`load_dataset(..., streaming=True)`), read in order, shuffled with
   a buffer like TRL does for streams. A prompt's index is its position in the current epoch of the stream.
+
+With dynamic sampling off, TRL's own sampler picks the prompts; [`EpochSampler`] makes its order resumable too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import torch
 
 from .sampling import PromptStream
 
 logger = logging.getLogger(__name__)
 
 Skip = Callable[[int], bool] | None
+
+
+class EpochSampler(torch.utils.data.Sampler):
+    """
+    TRL's `RepeatSampler` with an order that depends only on the seed and the epoch.
+
+    `RepeatSampler` seeds its generator once and draws a new permutation at each pass, so epoch `e` gets the
+    `(e + 1)`-th permutation of that generator. A run resumed in epoch `e` builds a fresh sampler and transformers does
+    not replay the earlier epochs: the resumed epoch would get epoch 0's permutation (some prompts trained twice,
+    others never). This wrapper reseeds the generator and replays the draws of epochs `0 .. e - 1` before each pass, so
+    an uninterrupted run sees exactly TRL's order and a resumed run the same order again.
+
+    The epoch comes from `set_epoch`, which transformers calls before every pass (the resumed one included); without
+    it, each pass counts as the next epoch, as in `RepeatSampler`.
+    """
+
+    def __init__(self, sampler: torch.utils.data.Sampler) -> None:
+        self.sampler = sampler
+        self.epoch = 0
+
+    @staticmethod
+    def wraps(sampler: Any) -> bool:
+        """Whether `sampler` draws one permutation per pass from a `generator` seeded with `seed` (`RepeatSampler`)."""
+        return (
+            bool(getattr(sampler, "shuffle", False))
+            and isinstance(getattr(sampler, "generator", None), torch.Generator)
+            and hasattr(sampler, "seed")
+            and hasattr(sampler, "num_samples")
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        seed = self.sampler.seed if self.sampler.seed is not None else torch.Generator().initial_seed()
+        generator = self.sampler.generator  # reseeded in place: accelerate may hold a reference to it
+        generator.manual_seed(seed)
+        for _ in range(epoch):
+            torch.randperm(self.sampler.num_samples, generator=generator)  # one draw per pass, as RepeatSampler
+        yield from self.sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
 
 
 class DatasetPrompts:

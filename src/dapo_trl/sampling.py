@@ -213,7 +213,7 @@ def plan_selection(
     """
     Choose the groups an optimizer batch trains on.
 
-    Carried groups go first: they are one policy version old and would be two versions old next time, so those that do
+    Carried groups go first: they are one generation batch old and would be two batches old next time, so those that do
     not fit are discarded. Fresh informative groups fill the rest in generation order; the surplus is carried (at most
     `max_carry`, default `target`) when `carry_over` is on and discarded otherwise.
 

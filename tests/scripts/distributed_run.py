@@ -2,8 +2,12 @@
 
 Trains a few DAPO steps where prompt groups span the two processes and the first round puts no informative group on
 rank 0, then saves, per rank, the micro-batches, gradients and parameters of every optimizer step.
+
+Mode `skip`: the first batch holds informative groups, the next ones none; saves, per rank, the weights, optimizer
+state and learning rate after every optimizer step.
 """
 
+import copy
 import os
 import sys
 
@@ -14,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 from _tiny import GradientCapture, Recorder, ScriptedReward, config, tiny_model_and_tokenizer  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 
 from dapo_trl.sampling import RoundPlanner  # noqa: E402
 
@@ -43,7 +48,56 @@ def count_forwards(model) -> list:
     return seen
 
 
+class StateCapture(TrainerCallback):
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.steps: list[dict] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        self.steps.append(
+            {
+                "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "optimizer": copy.deepcopy(trainer.optimizer.state_dict()["state"]),
+                "lr": trainer.lr_scheduler.get_last_lr(),
+            }
+        )
+
+
+def skip_run(out_dir: str) -> None:
+    """Sequential stream, one round per batch: two mixed groups in the first batch, none after."""
+    overrides = dict(
+        per_device_train_batch_size=4,  # 8 rows per step over 2 processes = 2 groups of 4
+        max_steps=3,
+        shuffle_dataset=False,
+        ddp_find_unused_parameters=False,
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_round_sizing="deficit",
+        weight_decay=0.1,
+    )
+    kinds = ["mixed", "mixed", "easy", "easy", "hard", "hard"] * 2
+    dataset = Dataset.from_dict({"prompt": [f"q{i}?\n" for i in range(len(kinds))], "kind": kinds})
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = Recorder(
+        model=model,
+        reward_funcs=[ScriptedReward()],
+        args=config(out_dir, **overrides),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    capture = StateCapture(trainer)
+    trainer.add_callback(capture)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    history = trainer.state.log_history if rank == 0 else None
+    state = {"steps": capture.steps, "history": history, "world": trainer.accelerator.num_processes}
+    torch.save(state, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
 def main(out_dir: str, carry_over: str) -> None:
+    if carry_over == "skip":
+        return skip_run(out_dir)
     overrides = dict(
         per_device_train_batch_size=6,  # 12 rows per step over 2 processes = 3 groups of 4: group 1 spans the ranks
         num_generations=4,
