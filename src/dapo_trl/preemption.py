@@ -246,7 +246,10 @@ class PreemptionCallback(TrainerCallback):
         now = time.monotonic()
         if self.received is not None:
             if signum == self.received and now - self._received_at < _REPEAT_WINDOW_S:
-                logger.warning(f"{name} received again at once: taken as the same request (a forwarded copy).")
+                logger.warning(
+                    f"{name} received again within {_REPEAT_WINDOW_S:g} s: taken as the same request (a launcher "
+                    "forwarding it); send it again to stop at once."
+                )
                 return
             self._stop_at_once(signum)
             return
