@@ -195,3 +195,22 @@ def test_difference_12_diagnostics_callback_first_and_flags_logged(tmp_path):
     assert not any(
         isinstance(c, DiagnosticsCallback) for c in make(tmp_path, diagnostics=False).callback_handler.callbacks
     )
+
+
+def test_difference_13_signals_save_and_stop_instead_of_interrupting(tmp_path):
+    import signal
+
+    from transformers import TrainerCallback
+
+    class SeeHandlers(TrainerCallback):
+        seen: list = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.seen.append(signal.getsignal(signal.SIGINT))
+
+    for handling in (True, False):
+        trainer = make(tmp_path, max_steps=1, preemption_handling=handling)
+        trainer.add_callback(SeeHandlers())
+        trainer.train()
+        assert (SeeHandlers.seen.pop() is not signal.default_int_handler) is handling
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "restored after train()"
