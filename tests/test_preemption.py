@@ -76,13 +76,13 @@ class DiesDuringSecondSave(Recorder):
         super()._save_optimizer_and_scheduler(output_dir)
 
 
-def make(cls, output_dir, eval_dataset=None, **overrides):
+def make(cls, output_dir, eval_dataset=None, train_dataset=None, **overrides):
     model, tokenizer = tiny_model_and_tokenizer()
     return cls(
         model=model,
         reward_funcs=[ScriptedReward()],
         args=config(output_dir, **{**COMMON, **overrides}),
-        train_dataset=scripted_dataset(),
+        train_dataset=train_dataset if train_dataset is not None else scripted_dataset(),
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
     )
@@ -374,11 +374,43 @@ def test_the_evaluation_due_at_the_stop_step_runs_before_the_save(tmp_path, stop
         assert have.keys() == want.keys() and have == pytest.approx(want), (want["step"], have)
 
 
+@pytest.mark.integration
+def test_a_stop_at_an_epoch_end_evaluates_then_saves_also_when_saving_only_the_best(tmp_path, monkeypatch):
+    from transformers import Trainer
+
+    monkeypatch.setattr(Trainer, "_determine_best_metric", lambda self, metrics, trial: False)  # never a new best
+    evaluated = dict(
+        train_dataset=scripted_dataset(8),  # 4 steps per epoch
+        eval_dataset=scripted_dataset(8),
+        eval_strategy="epoch",
+        save_strategy="best",
+        metric_for_best_model="eval_reward",
+        per_device_eval_batch_size=8,
+        max_steps=8,
+    )
+    full = make(Recorder, tmp_path / "full", **evaluated)
+    full.train()
+    trainer = make(Recorder, tmp_path / "run", **evaluated)
+    trainer.add_callback(SignalAt(signal.SIGTERM, step=4))
+    with pytest.raises(SystemExit):
+        trainer.train()
+    assert trainer.state.global_step == 4 and trainer.state.epoch == 1.0
+    assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [4]
+    assert latest_complete_checkpoint(tmp_path / "run") == str(tmp_path / "run" / "checkpoint-4")
+    resumed = make(Recorder, tmp_path / "run", auto_resume=True, **evaluated)
+    resumed.train()
+    expected, got = comparable(full.state.log_history), comparable(resumed.state.log_history)
+    assert [h["step"] for h in got if "eval_loss" in h] == [4, 8]
+    for want, have in zip(expected, got, strict=True):
+        assert have.keys() == want.keys() and have == pytest.approx(want), (want["step"], have)
+
+
 def test_a_stop_that_leaves_the_epoch_early_skips_the_epoch_end_evaluation_and_save():
     from transformers import TrainerControl, TrainerState
 
     class Args:
         gradient_accumulation_steps = 1
+        save_strategy = "steps"
 
     callback = PreemptionCallback(stop_at="step", timeout=None)
     callback.received = signal.SIGTERM

@@ -44,6 +44,7 @@ MIXIN_OVERRIDDEN = {
     "_get_output_dir": ["self", "trial"],
     "_save_checkpoint": ["self", "model", "trial"],
     "_push_from_checkpoint": ["self", "checkpoint_folder"],
+    "_determine_best_metric": ["self", "metrics", "trial"],
 }
 
 

@@ -315,9 +315,11 @@ class PreemptionCallback(TrainerCallback):
         self._cancel_timer()  # the stop point is reached: the due evaluation and the save are not cut short
         self.stopped_at_step = state.global_step
         control.should_training_stop = True
-        if not _completes_epoch(state):
-            control.should_save = True  # after the evaluation due at this step, if any (transformers' order)
-        # else: saved at the epoch end (on_epoch_end), after the epoch's own evaluation
+        if not _completes_epoch(state) or args.save_strategy == "best":
+            # After the evaluation due at this step, if any (transformers' order). At an epoch end the save comes at
+            # on_epoch_end, after the epoch's own evaluation; with save_strategy="best" transformers saves there only
+            # for a new best, so save here too.
+            control.should_save = True
         logger.warning(f"Stopping at step {state.global_step} for a signal: saving a checkpoint.")
 
     def on_evaluate(self, args, state, control, **kwargs):
@@ -454,6 +456,13 @@ class PreemptionMixin:
         )
         self.add_callback(callback)
         return callback
+
+    def _determine_best_metric(self, metrics, trial) -> bool:
+        # With save_strategy="best" transformers saves after an evaluation only for a new best; the evaluation that a
+        # stop for a signal runs before its save must not cancel that save.
+        is_new_best = super()._determine_best_metric(metrics, trial)
+        callback = next((c for c in self.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)
+        return is_new_best or (callback is not None and callback.stopped_at_step == self.state.global_step)
 
     def _rollout_done(self) -> bool:
         """
