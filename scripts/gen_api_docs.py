@@ -33,7 +33,7 @@ OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "API.md"
 MAX_LINE = 100  # longer signatures get one parameter per line
 PAPER_REFERENCE = re.compile(r"§\d+(?:\.\d+)*|Eq\. \d+|Algorithm \d+|Table \d+")
 # `name (`type`, *optional*, defaults to `value`):` -- TRL's docstring format for one parameter
-DOC_PARAMETER = re.compile(r"^(\w+) \(`[^`]*`(?:, \*optional\*)?(?:, defaults to `[^`]*`)?\):$")
+DOC_PARAMETER = re.compile(r"^(\w+) \(`[^`]*`(?: or `[^`]*`)?(?:, \*optional\*)?(?:, defaults to `[^`]*`)?\):$")
 
 
 class _Text:

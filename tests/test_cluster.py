@@ -73,7 +73,7 @@ def test_same_decisions_and_equal_batch_shapes(two_nodes):
 
 def test_checkpoints_and_outputs_are_complete(two_nodes):
     out = two_nodes["out"]
-    assert not list(out.glob(".partial-*"))
+    assert not list(out.glob("_partial-*"))
     for step in (2, 4):
         files = {p.name for p in (out / f"checkpoint-{step}").iterdir()}
         wanted = {"model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", "dapo_sampler_state.pt"}
@@ -92,7 +92,7 @@ def test_every_file_is_written_by_one_node_only(two_nodes):
     assert node0, "the trace saw no write at all: is strace following the launcher's children?"
     assert not node0 & node1, f"written by both nodes: {sorted(node0 & node1)}"
     # The second node writes only its own RNG state into each checkpoint, before the first node publishes it.
-    assert node1 == {f"{out}/.partial-checkpoint-{s}/checkpoint-{s}/rng_state_1.pth" for s in (2, 4)}, sorted(node1)
+    assert node1 == {f"{out}/_partial-checkpoint-{s}/checkpoint-{s}/rng_state_1.pth" for s in (2, 4)}, sorted(node1)
     for name in ("metrics.jsonl", "eval_summary.json", "training_curves.png", "model.safetensors"):
         assert any(p.startswith(f"{out}/{name}") or p.startswith(f"{out}/.tmp") for p in node0), name
 
@@ -124,7 +124,7 @@ def preempt_one_node(tmp_path, max_steps):
     assert {"rng_state_0.pth", "rng_state_1.pth", "dapo_sampler_state.pt", "optimizer.pt", "trainer_state.json"} <= {
         p.name for p in checkpoint.iterdir()
     }
-    assert not list(out.glob(".partial-*")) and not (out / "eval_summary.json").exists()
+    assert not list(out.glob("_partial-*")) and not (out / "eval_summary.json").exists()
     for p in progress:
         p.unlink()
     return lines, step, stop_seconds

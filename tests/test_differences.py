@@ -245,3 +245,22 @@ def test_difference_15_without_dynamic_sampling_each_epochs_order_depends_on_see
     assert isinstance(resumed, EpochSampler)
     resumed.set_epoch(2)  # what transformers does for a run resumed in epoch 2
     assert list(resumed) == passes[2] != passes[0]
+
+
+def test_difference_16_signals_save_and_stop_instead_of_interrupting(tmp_path):
+    import signal
+
+    from transformers import TrainerCallback
+
+    class SeeHandlers(TrainerCallback):
+        seen: list = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.seen.append(signal.getsignal(signal.SIGINT))
+
+    for handling in (True, False):
+        trainer = make(tmp_path, max_steps=1, preemption_handling=handling)
+        trainer.add_callback(SeeHandlers())
+        trainer.train()
+        assert (SeeHandlers.seen.pop() is not signal.default_int_handler) is handling
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "restored after train()"

@@ -44,6 +44,8 @@ MIXIN_OVERRIDDEN = {
     "train": ["self", "resume_from_checkpoint", "trial", "ignore_keys_for_eval"],
     "_get_output_dir": ["self", "trial"],
     "_save_checkpoint": ["self", "model", "trial"],
+    "_push_from_checkpoint": ["self", "checkpoint_folder"],
+    "_determine_best_metric": ["self", "metrics", "trial"],
 }
 
 
@@ -65,6 +67,15 @@ def test_checkpoints_are_written_under_the_output_dir_the_mixin_redirects():
     source = inspect.getsource(Trainer._save_checkpoint)
     assert "run_dir = self._get_output_dir(trial=trial)" in source
     assert "output_dir = os.path.join(run_dir, checkpoint_folder)" in source
+
+
+def test_hub_uploads_of_the_run_folder_leave_out_the_staging_folders():
+    """Checkpoints are staged in `_partial-checkpoint-N/`: transformers' uploads of the run folder must ignore `_*`."""
+    from transformers import Trainer
+
+    for method in (Trainer.push_to_hub, Trainer._push_from_checkpoint):
+        assert 'ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*"]' in inspect.getsource(method), method.__name__
+    assert "self._push_from_checkpoint(output_dir)" in inspect.getsource(Trainer._save_checkpoint)
 
 
 def test_trl_loss_normaliser_formula_is_the_one_inverted():

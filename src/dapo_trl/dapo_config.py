@@ -118,15 +118,21 @@ class DAPOConfig(GRPOConfig):
         > Preemption and restarts (see `dapo_trl.preemption`)
 
         preemption_handling (`bool`, *optional*, defaults to `True`):
-            On SIGTERM or SIGUSR1, finish the current optimizer step (see `preemption_stop_at`), save a complete checkpoint
-            (model, optimizer, scheduler, RNG, dynamic-sampling state; even with `save_strategy="no"`) and exit with
-            code 75. All processes stop at the same step even when only some received the signal.
+            On SIGTERM, SIGUSR1 or Ctrl-C (SIGINT), finish the current optimizer step (see `preemption_stop_at`), run
+            the evaluation due there, save a complete checkpoint (model, optimizer, scheduler, RNG, dynamic-sampling
+            state; even with `save_strategy="no"`) and exit with code 75 (130 after Ctrl-C). All processes stop at the
+            same step even when only some received the signal. A second signal stops at once, without saving.
         preemption_stop_at (`str`, *optional*, defaults to `"step"`):
             `"step"`: stop after the current optimizer step; a checkpoint taken in the middle of a rollout keeps the
             rollout's unused micro-batches, so the resumed run matches an uninterrupted one exactly. `"rollout"`: stop
             once the current generation round's updates are done (up to `steps_per_generation * num_iterations /
             gradient_accumulation_steps` optimizer steps later: 16 in the paper's recipe, longer than a typical
             preemption notice).
+        preemption_timeout (`float` or `None`, *optional*, defaults to `600.0`):
+            Longest wait, in seconds from the first signal, for the stop point (`preemption_stop_at`). When it passes
+            first (a step that never ends, e.g. dynamic sampling refilling without an informative group), the process
+            logs why and exits with code 124 without saving. The due evaluation and the save, once started, are not
+            bounded by it. `None`: wait without bound. Keep it below the scheduler's grace period minus one save.
         auto_resume (`bool`, *optional*, defaults to `False`):
             `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
             `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
@@ -256,7 +262,7 @@ class DAPOConfig(GRPOConfig):
     # Preemption and restarts
     preemption_handling: bool = field(
         default=True,
-        metadata={"help": "On SIGTERM/SIGUSR1: finish the current step, save a checkpoint, exit with code 75."},
+        metadata={"help": "On SIGTERM/SIGUSR1/Ctrl-C: finish the current step, save a checkpoint, exit with code 75."},
     )
     preemption_stop_at: str = field(
         default="step",
@@ -264,6 +270,10 @@ class DAPOConfig(GRPOConfig):
             "help": "Where a preempted run stops: 'step' or 'rollout' (both resume exactly).",
             "choices": STOP_POINTS,
         },
+    )
+    preemption_timeout: float | None = field(
+        default=600.0,
+        metadata={"help": "Seconds after a signal to reach the stop point, else exit with code 124 without saving."},
     )
     auto_resume: bool = field(
         default=False,
@@ -390,6 +400,12 @@ class DAPOConfig(GRPOConfig):
     def _check_preemption(self) -> None:
         if self.preemption_stop_at not in STOP_POINTS:
             raise ValueError(f"preemption_stop_at must be one of {STOP_POINTS}, got {self.preemption_stop_at!r}.")
+        timeout = self.preemption_timeout
+        if timeout is not None and not timeout > 0:  # its type is checked with the other settings'
+            raise ValueError(
+                f"preemption_timeout must be a number of seconds above 0 (or None to wait without bound), got "
+                f"{timeout!r}."
+            )
         if self.preemption_handling and self.enable_jit_checkpoint:
             raise ValueError(
                 "preemption_handling and transformers' enable_jit_checkpoint both handle SIGTERM. Keep "

@@ -14,7 +14,7 @@ TRL private method:
 | `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio); with dynamic sampling, positions counted over attended tokens so re-padding leaves the ratio at 1 |
 | `_compute_loss`                         | log those monitors (the loss itself is TRL's)                              |
 | `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state and a half-used generation batch |
-| `train`, `_get_output_dir` (`PreemptionMixin`) | auto-resume, preemption handling, checkpoints published atomically  |
+| `train`, `_get_output_dir`, `_push_from_checkpoint` (`PreemptionMixin`) | auto-resume, preemption handling, checkpoints published atomically (and pushed once published) |
 
 `tests/test_trl_compat.py` pins the signatures of these TRL methods, so a TRL release that changes one fails loudly.
 """

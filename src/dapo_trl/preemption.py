@@ -8,14 +8,21 @@ run dies at once and keeps only its last periodic checkpoint. Three pieces fix t
 - [`PreemptionCallback`]: on the signal, finish the current rollout (or optimizer step), save a checkpoint, and stop.
   A signal may reach only some processes (one node reclaimed, one launcher signalled), so every process contributes
   its flag to an all-reduce at each step end and they all stop at the same step; the all-reduce moves one number.
-- [`PreemptionMixin`]: writes each checkpoint into `.partial-checkpoint-N/` and renames it to `checkpoint-N` only once
+- [`PreemptionMixin`]: writes each checkpoint into `_partial-checkpoint-N/` and renames it to `checkpoint-N` only once
   every process has written its part, so a second signal, a `SIGKILL` at the end of the grace period or a crash
   during the save can leave a partial folder but never a `checkpoint-N` that is incomplete. It also resumes from the
   newest complete checkpoint when `auto_resume` is set, and installs the callback when `preemption_handling` is.
 - [`latest_complete_checkpoint`]: the newest `checkpoint-N` of a run folder that is complete.
 
+Ctrl-C (SIGINT) is handled the same way: the first one stops at the same agreed point and saves, a second one stops
+at once (`KeyboardInterrupt`). A second SIGTERM or SIGUSR1 also stops at once (the signal's default action). The wait
+for the stop point is bounded by a timeout (`preemption_timeout`): a step that never ends (dynamic sampling refilling
+without end) cannot defer the stop forever.
+
 Exit codes: a training process stopped by a preemption signal exits with [`PREEMPTION_EXIT_CODE`] (75,
-`EX_TEMPFAIL`: "temporary failure, retry"). Under `accelerate launch` / `torchrun`, the launcher itself exits with
+`EX_TEMPFAIL`: "temporary failure, retry") once its checkpoint is saved, with [`INTERRUPT_EXIT_CODE`] (130, as an
+interrupted command) after Ctrl-C, and with [`PREEMPTION_TIMEOUT_EXIT_CODE`] (124) without saving when the stop point
+was not reached within the timeout. Under `accelerate launch` / `torchrun`, the launcher itself exits with
 `128 + signal` (143 for SIGTERM, 138 for SIGUSR1) when it received the signal (it forwards it to its training
 processes and waits for them up to `TORCH_ELASTIC_SHUTDOWN_TIMEOUT` seconds), or with 1 when only its training
 processes were signalled (the log names exit code 75).
@@ -30,8 +37,10 @@ import os
 import re
 import shutil
 import signal
+import sys
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from transformers import TrainerCallback
@@ -42,9 +51,22 @@ logger = logging.getLogger(__name__)
 PREEMPTION_EXIT_CODE = 75
 """Exit code of a training process that saved a checkpoint and stopped because of a preemption signal."""
 
-PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1")
+INTERRUPT_EXIT_CODE = 130
+"""Exit code of a training process that saved a checkpoint and stopped because of Ctrl-C (128 + SIGINT)."""
+
+PREEMPTION_TIMEOUT_EXIT_CODE = 124
+"""Exit code of a training process that did not reach its stop point within the timeout and saved nothing."""
+
+DEFAULT_PREEMPTION_TIMEOUT_S = 600.0
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 STOP_POINTS = ("rollout", "step")
-PARTIAL_PREFIX = ".partial-"
+# Checkpoints are staged in `_partial-checkpoint-N/`: transformers' Hub uploads of the run folder ignore `_*`, so a
+# background upload never sends a staged optimizer or RNG file to the model repository.
+PARTIAL_PREFIX = "_partial-"
+_LEGACY_PARTIAL_PREFIX = ".partial-"  # staging folders of earlier versions, still recognised and cleaned up
+# A launcher forwards the signal a scheduler also sent every process (SLURM signals all of a job step's processes):
+# the same signal again within this many seconds is that copy, not a second request.
+_REPEAT_WINDOW_S = 2.0
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 _JIT_INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"  # how transformers' JIT checkpointing marks a partial save
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -71,7 +93,7 @@ def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """
     The newest complete `checkpoint-N` folder of `output_dir` (highest `N`), or `None` when there is none.
 
-    Partially written checkpoints are skipped with a warning: `.partial-checkpoint-N` folders (a save that did not
+    Partially written checkpoints are skipped with a warning: `_partial-checkpoint-N` folders (a save that did not
     finish) never match, and a `checkpoint-N` without `trainer_state.json` is passed over for the next older one.
     """
     output_dir = os.fspath(output_dir)
@@ -82,7 +104,7 @@ def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         match = _CHECKPOINT_RE.match(name)
         if match and os.path.isdir(os.path.join(output_dir, name)):
             steps.append((int(match.group(1)), name))
-        elif name.startswith(PARTIAL_PREFIX):
+        elif name.startswith((PARTIAL_PREFIX, _LEGACY_PARTIAL_PREFIX)):
             logger.warning(f"Ignoring {os.path.join(output_dir, name)}: a checkpoint save that did not finish.")
     for _, name in sorted(steps, reverse=True):
         path = os.path.join(output_dir, name)
@@ -112,26 +134,36 @@ def steps_per_rollout(args) -> int:
 
 class PreemptionCallback(TrainerCallback):
     """
-    Stops training cleanly on a preemption signal: finish the current rollout (or optimizer step), save a
-    checkpoint, stop, and exit with [`PREEMPTION_EXIT_CODE`].
+    Stops training cleanly on a preemption signal or Ctrl-C: finish the current rollout (or optimizer step), run the
+    evaluation due there, save a checkpoint, stop, and exit with [`PREEMPTION_EXIT_CODE`] ([`INTERRUPT_EXIT_CODE`]
+    after Ctrl-C).
 
     The signal handler only records the signal. At each optimizer step end every process all-reduces its flag (a
     collective of one number, so all processes stop at the same step even when the signal reached only some), and at
     the first step end where the flag is set and the stop point is reached the callback asks the Trainer to save a
     checkpoint (through its normal `_save_checkpoint`, so every process writes its share: RNG states, sharded
-    optimizer states) and to stop. Evaluation that would run at that step is skipped. A second signal is logged and
-    ignored (the save goes on; an orchestrator's final `SIGKILL` is what ends a save that takes too long, and
-    [`PreemptionMixin`] makes sure that leaves no incomplete `checkpoint-N`).
+    optimizer states) and to stop. An evaluation due at that step (or at the end of the epoch that step completes)
+    runs before the save, as it would in an uninterrupted run, so the resumed run continues exactly like one.
+
+    A second signal stops at once, without saving: Ctrl-C raises `KeyboardInterrupt`, SIGTERM and SIGUSR1 take their
+    default action (the process is killed). [`PreemptionMixin`] makes sure that leaves no incomplete `checkpoint-N`.
+    The same signal arriving again within 2 seconds counts as the first one (a launcher forwarding the signal that a
+    scheduler also sent every process).
+
+    The wait for the stop point is bounded by `timeout`: if the stop point is not reached in time (a step that never
+    ends, e.g. dynamic sampling refilling a batch no group of which is informative), the process logs why and exits
+    with [`PREEMPTION_TIMEOUT_EXIT_CODE`] without saving; the newest complete checkpoint stays the one to resume from.
+    The due evaluation and the save, once started, are not bounded by it.
 
     Time from the signal to the exit: the rest of the current rollout (`stop_at="rollout"`) or optimizer step
-    (`"step"`), plus the save. Give the orchestrator a grace period above that (Kubernetes
+    (`"step"`), the due evaluation, plus the save. Give the orchestrator a grace period above that (Kubernetes
     `terminationGracePeriodSeconds`, SLURM `--signal=...@seconds`).
 
     With a plain `GRPOTrainer`, pass it in `callbacks=[PreemptionCallback()]` (checkpoints are then published by
     transformers directly, not atomically; use [`PreemptionMixin`] for that).
 
     Args:
-        signals (`Sequence[str]`, *optional*, defaults to `("SIGTERM", "SIGUSR1")`):
+        signals (`Sequence[str]`, *optional*, defaults to `("SIGTERM", "SIGUSR1", "SIGINT")`):
             Names of the signals that mean "save and stop" (names the platform lacks are skipped).
         stop_at (`str`, *optional*, defaults to `"rollout"`):
             `"rollout"`: stop at the end of the current generation round's updates (`steps_per_generation *
@@ -139,9 +171,17 @@ class PreemptionCallback(TrainerCallback):
             `"step"`: stop after the current optimizer step (faster when a rollout has many updates; the resumed run
             regenerates the remainder of the interrupted rollout instead of reusing it).
         exit_code (`int` or `None`, *optional*, defaults to `75`):
-            Exit the process with this code at the end of `train()` when training stopped for a signal (the callback
-            raises `SystemExit` in `on_train_end`, so add it after callbacks that must see that event). `None`: do not
-            exit; check [`preempted`] after `train()` returns.
+            Exit the process with this code (130 after Ctrl-C) at the end of `train()` when training stopped for a
+            signal (the callback raises `SystemExit` in `on_train_end`, so add it after callbacks that must see that
+            event). `None`: do not exit; check [`preempted`] after `train()` returns.
+        timeout (`float` or `None`, *optional*, defaults to `600.0`):
+            Seconds from the first signal to the stop point after which the process exits with code 124 without
+            saving. `None`: wait without bound.
+        rollout_done (`Callable[[], bool]` or `None`, *optional*):
+            Whether the current rollout's micro-batches are all used, asked at a step end with `stop_at="rollout"`.
+            Default: counted in optimizer steps from the step `train()` started at (exact for TRL's trainers, which
+            regenerate a rollout on resume; [`PreemptionMixin`] passes TRL's own micro-batch counter, which a
+            [`DAPOTrainer`] restores from a checkpoint taken inside a rollout).
     """
 
     def __init__(
@@ -150,21 +190,35 @@ class PreemptionCallback(TrainerCallback):
         signals: Sequence[str] = PREEMPTION_SIGNALS,
         stop_at: str = "rollout",
         exit_code: int | None = PREEMPTION_EXIT_CODE,
+        timeout: float | None = DEFAULT_PREEMPTION_TIMEOUT_S,
+        rollout_done: Callable[[], bool] | None = None,
     ):
         if stop_at not in STOP_POINTS:
             raise ValueError(f"PreemptionCallback(stop_at={stop_at!r}): choose one of {STOP_POINTS}.")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"PreemptionCallback(timeout={timeout!r}): a number of seconds above 0, or None.")
         self.signals = tuple(signals)
         self.stop_at = stop_at
         self.exit_code = exit_code
+        self.timeout = timeout
+        self.rollout_done = rollout_done
         self.received: int | None = None  # first signal this process received
         self.stopped_at_step: int | None = None  # global step at which training stopped for a signal
+        self._received_at = 0.0
         self._start_step = 0
+        self._saved = False  # the stop step's checkpoint is saved and no evaluation ran after it
+        self._timer: threading.Timer | None = None
         self._previous: dict[int, object] = {}
 
     @property
     def preempted(self) -> bool:
-        """Whether the last `train()` stopped because of a preemption signal (after saving a checkpoint)."""
+        """Whether the last `train()` stopped because of a signal (after saving a checkpoint)."""
         return self.stopped_at_step is not None
+
+    @property
+    def stop_exit_code(self) -> int:
+        """The exit code for a stop caused by [`received`]: 130 after Ctrl-C, else 75 (also on a process only told)."""
+        return INTERRUPT_EXIT_CODE if self.received == signal.SIGINT else PREEMPTION_EXIT_CODE
 
     # -------------------------------------------------------------------------------- signal handlers
 
@@ -181,48 +235,120 @@ class PreemptionCallback(TrainerCallback):
                 self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self) -> None:
-        """Restore the handlers that were there before [`install`]."""
+        """Restore the handlers that were there before [`install`] and stop the timeout."""
+        self._cancel_timer()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
 
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        now = time.monotonic()
         if self.received is not None:
-            logger.warning(f"{name} received again: already stopping; the checkpoint save is not interrupted.")
+            if signum == self.received and now - self._received_at < _REPEAT_WINDOW_S:
+                logger.warning(
+                    f"{name} received again within {_REPEAT_WINDOW_S:g} s: taken as the same request (a launcher "
+                    "forwarding it); send it again to stop at once."
+                )
+                return
+            self._stop_at_once(signum)
             return
-        self.received = signum
+        self.received, self._received_at = signum, now
+        point = "rollout" if self.stop_at == "rollout" else "step"
+        if signum == signal.SIGINT:
+            logger.warning(f"Ctrl-C: stopping after this {point} and saving; press again to stop at once.")
+        else:
+            logger.warning(
+                f"{name} received: training stops at the end of the current {point} and saves a checkpoint "
+                "(a second signal stops at once, without saving)."
+            )
+        self._start_timer(name)
+
+    def _stop_at_once(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        logger.warning(f"{name} received again: stopping at once, without saving a checkpoint.")
+        self._cancel_timer()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # the default action: the process ends here, as without preemption handling
+
+    def _start_timer(self, name: str) -> None:
+        if self.timeout is None:
+            return
+        self._timer = threading.Timer(self.timeout, self._on_timeout, args=(name,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timeout(self, name: str) -> None:
         point = "rollout" if self.stop_at == "rollout" else "optimizer step"
-        logger.warning(f"{name} received: training stops at the end of the current {point} and saves a checkpoint.")
+        logger.error(
+            f"{name} was received {self.timeout:g} s ago and training has not reached the end of the current {point} "
+            "(a step that does not end: e.g. dynamic sampling refilling a batch in which no group is informative, or "
+            f"a hung collective). Exiting with code {PREEMPTION_TIMEOUT_EXIT_CODE} WITHOUT saving a checkpoint "
+            "(preemption_timeout); the newest complete checkpoint is the one to resume from."
+        )
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        # From this thread: the main thread may be inside a call that does not return (a collective, a refill loop).
+        os._exit(PREEMPTION_TIMEOUT_EXIT_CODE)
 
     # -------------------------------------------------------------------------------- trainer events
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.received = self.stopped_at_step = None
+        self._saved = False
         self._start_step = state.global_step  # TRL counts rollouts from here after a resume
         self.install()
 
     def on_step_end(self, args, state, control, **kwargs):
         if not self._any_process_signalled(args):
             return
-        if self.stop_at == "rollout" and (state.global_step - self._start_step) % steps_per_rollout(args):
+        if self.stop_at == "rollout" and not self._rollout_done(state, args):
             return
+        self._cancel_timer()  # the stop point is reached: the due evaluation and the save are not cut short
         self.stopped_at_step = state.global_step
-        control.should_save = True
         control.should_training_stop = True
-        control.should_evaluate = False
-        logger.warning(f"Stopping for preemption at step {state.global_step}: saving a checkpoint.")
+        if not _completes_epoch(state) or args.save_strategy == "best":
+            # After the evaluation due at this step, if any (transformers' order). At an epoch end the save comes at
+            # on_epoch_end, after the epoch's own evaluation; with save_strategy="best" transformers saves there only
+            # for a new best, so save here too.
+            control.should_save = True
+        logger.warning(f"Stopping at step {state.global_step} for a signal: saving a checkpoint.")
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self.preempted:
+            self._saved = False  # an evaluation after the save moved the RNG state and the log history on
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.preempted and state.global_step == self.stopped_at_step:
+            self._saved = True
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        if self.preempted:  # already saved at the step end; the epoch end must not save or evaluate again
-            control.should_save = False
+        if not self.preempted:
+            return
+        if not _completes_epoch(state):  # training left the epoch early: its evaluation and save are not due
             control.should_evaluate = False
+            control.should_save = False
+        control.should_save = control.should_save or control.should_evaluate or not self._saved
 
     def on_train_end(self, args, state, control, **kwargs):
         self.uninstall()
         if self.preempted and self.exit_code is not None:
-            logger.warning(f"Checkpoint saved at step {self.stopped_at_step}; exiting with code {self.exit_code}.")
-            raise SystemExit(self.exit_code)
+            code = self.stop_exit_code if self.exit_code == PREEMPTION_EXIT_CODE else self.exit_code
+            logger.warning(f"Checkpoint saved at step {self.stopped_at_step}; exiting with code {code}.")
+            raise SystemExit(code)
+
+    def _rollout_done(self, state, args) -> bool:
+        if self.rollout_done is not None:
+            return self.rollout_done()
+        return (state.global_step - self._start_step) % steps_per_rollout(args) == 0
 
     def _any_process_signalled(self, args) -> bool:
         flag = self.received is not None
@@ -232,6 +358,11 @@ class PreemptionCallback(TrainerCallback):
                 torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
                 flag = bool(value.item())
         return flag
+
+
+def _completes_epoch(state) -> bool:
+    """Whether the step just taken is the last of its epoch (transformers sets `epoch` to a whole number there)."""
+    return state.epoch is not None and float(state.epoch).is_integer()
 
 
 # ---------------------------------------------------------------------------------------------------- the mixin
@@ -245,22 +376,24 @@ class PreemptionMixin:
     class MyTrainer(PreemptionMixin, GRPOTrainer): ...
     ```
 
-    - **Atomic checkpoints.** `_save_checkpoint` writes `checkpoint-N` inside `<run dir>/.partial-checkpoint-N/`;
+    - **Atomic checkpoints.** `_save_checkpoint` writes `checkpoint-N` inside `<run dir>/_partial-checkpoint-N/`;
       after every process has written its part, the process(es) that save (`args.should_save`) rename it to
       `<run dir>/checkpoint-N` and then rotate old checkpoints (`save_total_limit`). Renaming a folder is atomic on
       one filesystem, so `checkpoint-N` is either absent or complete, for this package's resume logic and for
       transformers' own `get_last_checkpoint` alike. Subclasses that add files to a checkpoint after calling
       `super()._save_checkpoint` wrap their override in [`staged_checkpoint`] so those files are inside before it
-      is published.
+      is published. A Hub push that transformers asks for during the save (`push_to_hub` with any `hub_strategy`)
+      starts after publishing, from `checkpoint-N`; staging folders are never uploaded.
     - **Auto-resume.** `train()` without `resume_from_checkpoint` resumes from [`latest_complete_checkpoint`] of
       `output_dir` when `args.auto_resume` is true (a fresh start when there is none), and `resume_from_checkpoint=True`
       means the newest *complete* checkpoint. The main process decides and tells the others.
     - **Preemption.** Unless `args.preemption_handling` is false, `train()` adds a [`PreemptionCallback`]
-      (`args.preemption_stop_at`) and, when it stopped training, raises `SystemExit(PREEMPTION_EXIT_CODE)` once
-      `train()` has finished its own clean-up.
+      (`args.preemption_stop_at`, `args.preemption_timeout`; with `"rollout"` the rollout end is read from TRL's
+      micro-batch counter) and, when it stopped training, raises `SystemExit(PREEMPTION_EXIT_CODE)` (130 after
+      Ctrl-C) once `train()` has finished its own clean-up.
 
     Settings are read from `args` with these defaults when absent (e.g. a plain `GRPOConfig`): `auto_resume=False`,
-    `preemption_handling=True`, `preemption_stop_at="rollout"`.
+    `preemption_handling=True`, `preemption_stop_at="rollout"`, `preemption_timeout=600`.
 
     With `save_on_each_node=True` (one disk per node), each node's local main process publishes its own copy. On a
     filesystem shared by the nodes keep the default `save_on_each_node=False`: with `True`, two processes would write
@@ -268,6 +401,7 @@ class PreemptionMixin:
     """
 
     _checkpoint_staging: str | None = None
+    _push_pending = False
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None):
         """
@@ -292,11 +426,12 @@ class PreemptionMixin:
             if callback is not None:
                 callback.uninstall()
         if callback is not None and callback.preempted:
+            code = callback.stop_exit_code
             logger.warning(
-                f"Training stopped for preemption at step {callback.stopped_at_step} with a complete checkpoint; "
-                f"exiting with code {PREEMPTION_EXIT_CODE}. Run the same command again to resume (auto_resume=True)."
+                f"Training stopped for a signal at step {callback.stopped_at_step} with a complete checkpoint; "
+                f"exiting with code {code}. Run the same command again to resume (auto_resume=True)."
             )
-            raise SystemExit(PREEMPTION_EXIT_CODE)
+            raise SystemExit(code)
         return output
 
     def _agreed_latest_checkpoint(self) -> str | None:
@@ -313,9 +448,32 @@ class PreemptionMixin:
         for callback in self.callback_handler.callbacks:
             if isinstance(callback, PreemptionCallback):
                 return callback
-        callback = PreemptionCallback(stop_at=getattr(self.args, "preemption_stop_at", "rollout"), exit_code=None)
+        callback = PreemptionCallback(
+            stop_at=getattr(self.args, "preemption_stop_at", "rollout"),
+            exit_code=None,
+            timeout=getattr(self.args, "preemption_timeout", DEFAULT_PREEMPTION_TIMEOUT_S),
+            rollout_done=self._rollout_done,
+        )
         self.add_callback(callback)
         return callback
+
+    def _determine_best_metric(self, metrics, trial) -> bool:
+        # With save_strategy="best" transformers saves after an evaluation only for a new best; the evaluation that a
+        # stop for a signal runs before its save must not cancel that save.
+        is_new_best = super()._determine_best_metric(metrics, trial)
+        callback = next((c for c in self.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)
+        return is_new_best or (callback is not None and callback.stopped_at_step == self.state.global_step)
+
+    def _rollout_done(self) -> bool:
+        """
+        Whether the current rollout's micro-batches are all used, by TRL's own micro-batch counter (`_step`), which
+        a resumed [`DAPOTrainer`] restores when its checkpoint was taken inside a rollout; 1 rollout per optimizer step
+        for trainers without one.
+        """
+        per_generation = getattr(self.args, "steps_per_generation", None)
+        if not per_generation or not isinstance(getattr(self, "_step", None), int):
+            return True
+        return self._step % (per_generation * (getattr(self, "num_iterations", 1) or 1)) == 0
 
     # -------------------------------------------------------------------------------- atomic checkpoints
 
@@ -328,11 +486,20 @@ class PreemptionMixin:
         with self.staged_checkpoint(trial):
             super()._save_checkpoint(model, trial)
 
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # transformers starts its background Hub upload from inside `_save_checkpoint`, i.e. from the staging folder,
+        # which is renamed away at once, and before files added after it (sampler state) are written: push the
+        # published folder instead, once it is complete (see `staged_checkpoint`).
+        if self._checkpoint_staging is not None:
+            self._push_pending = True
+            return
+        super()._push_from_checkpoint(checkpoint_folder)
+
     @contextlib.contextmanager
     def staged_checkpoint(self, trial=None) -> Iterator[str]:
         """
         Context manager: while it is open, `checkpoint-N` (N the current global step) is written inside
-        `.partial-checkpoint-N/`; when it closes without an exception, the checkpoint is published. Every process
+        `_partial-checkpoint-N/`; when it closes without an exception, the checkpoint is published. Every process
         must enter it (it synchronises them). Re-entrant: an inner use yields the same folder and publishes nothing.
 
         Yields:
@@ -360,6 +527,9 @@ class PreemptionMixin:
         self.accelerator.wait_for_everyone()  # every process has written its share (RNG states, shards)
         if self.args.should_save:
             _publish(staged, final, staging, save_on_each_node=self.args.save_on_each_node)
+            if self._push_pending:  # transformers asked for a Hub push while the checkpoint was being written
+                self._push_pending = False
+                self._push_from_checkpoint(final)
             rotate_checkpoints(
                 output_dir=run_dir,
                 save_total_limit=self.args.save_total_limit,
