@@ -54,6 +54,7 @@ from .sampling import GroupClassification, RoundPlanner, SelectionPlan, classify
 logger = logging.getLogger(__name__)
 
 SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
+SAMPLER_STATE_KEYS = ("stream", "planner", "carry", "carry_groups")  # what `load_sampler_state_dict` cannot do without
 BUFFER_STATE_NAME = "dapo_generation_buffer_rank{rank}.pt"
 
 
@@ -778,7 +779,14 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if not os.path.exists(path):
             logger.warning(f"{path} not found: dynamic sampling restarts its prompt stream from the beginning.")
             return
-        self.load_sampler_state_dict(_load_state_file(path))
+        state = _load_state_file(path)
+        missing = [key for key in SAMPLER_STATE_KEYS if key not in state]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the entries {missing} of a dapo-trl sampler state (it holds {sorted(state)[:8]}): it "
+                "was not written by DAPOTrainer. Delete it to resume without it (the prompt stream then restarts)."
+            )
+        self.load_sampler_state_dict(state)
 
     def _load_generation_buffer(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, BUFFER_STATE_NAME.format(rank=self.accelerator.process_index))

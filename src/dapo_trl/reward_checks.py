@@ -1,9 +1,9 @@
 """The reward-function contract, checked where a broken reward is visible and named when it is not honoured.
 
 TRL calls each reward function as `func(prompts=..., completions=..., completion_ids=..., **columns)` and expects a
-list with one `float` (or `None`, "cannot score this one") per completion. A function that breaks this contract today
-fails deep inside TRL (`'float' object is not iterable`), or worse passes silently: `NaN` is read as "unscored",
-infinity or 1e30 turns every advantage of the batch into 0. This module:
+list with one `float` (or `None`, "cannot score this one") per completion; like TRL, a `bool` counts as 1.0 / 0.0. A
+function that breaks this contract today fails deep inside TRL (`'float' object is not iterable`), or worse passes
+silently: `NaN` is read as "unscored", infinity or 1e30 turns every advantage of the batch into 0. This module:
 
 - checks the reward functions given to the trainer ([`check_reward_funcs`]): a class instead of an instance, a name
   that TRL would try to load as a reward model, two functions with the same metric name;
@@ -85,6 +85,8 @@ def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[flo
     ```python
     >>> check_reward_output("acc", [1, None, 0.5], 3)
     ([1.0, None, 0.5], None)
+    >>> check_reward_output("acc", [True, False], 2)
+    ([1.0, 0.0], None)
     >>> check_reward_output("acc", 1.0, 3)[1]
     "reward function 'acc' returned a float (1.0), not a list with one reward per completion (3 expected)."
 
@@ -111,8 +113,10 @@ def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[flo
             rewards.append(None)
             continue
         if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            value = value.item()  # numpy and torch scalars, numpy.bool_ included
+        if isinstance(value, bool):  # `[pred == gold for ...]`: TRL reads True/False as 1.0/0.0
+            value = float(value)
+        if not isinstance(value, numbers.Real):
             return blank, (
                 f"reward function {name!r} returned {_describe(value)} (a {type(value).__name__}) for completion "
                 f"{i}: rewards must be numbers, or None for a completion it cannot score."
