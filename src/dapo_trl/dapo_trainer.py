@@ -49,7 +49,14 @@ from .preemption import PreemptionMixin
 from .prompt_history import SkipPolicy
 from .prompt_source import DatasetPrompts, StreamPrompts
 from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
-from .sampling import GroupClassification, RoundPlanner, SelectionPlan, classify_groups, plan_selection
+from .sampling import (
+    ConstantRewardWatch,
+    GroupClassification,
+    RoundPlanner,
+    SelectionPlan,
+    classify_groups,
+    plan_selection,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +195,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._carry_groups = 0
         self._carry_table: dict[int, list[dict]] = {}
         self._skip_policy: SkipPolicy | None = None
+        self._constant_watch = ConstantRewardWatch()
         self._ds_active = bool(args.dynamic_sampling and self.train_dataset is not None)
         if not self._ds_active:
             return
@@ -377,6 +385,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             "carry_groups": self._carry_groups,
             "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
             "num_generations": self.num_generations,
+            "constant": self._constant_watch.state_dict(),
         }
 
     def load_sampler_state_dict(self, state: dict) -> None:
@@ -393,6 +402,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         device = self.accelerator.device
         self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
         self._carry_groups = int(state["carry_groups"])
+        if state.get("constant") is not None:  # absent from checkpoints of earlier versions
+            self._constant_watch.load_state_dict(state["constant"])
         if self._skip_policy is not None:
             if state.get("skip") is not None:
                 self._skip_policy.load_state_dict(state["skip"])
@@ -542,13 +553,22 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             if (name, kind) in self._reward_warnings:
                 continue
             self._reward_warnings.add((name, kind))
-            advice = (
-                "Check the dataset column it reads (e.g. MathVerifierReward's answer_column) and that its gold "
-                "answers parse; rows no reward can score get no advantage and are never trained on."
-                if kind == "none"
-                else "Either every completion is scored alike (the prompts are far too easy or too hard for the model) "
-                "or the function does not look at the completion; check it."
-            )
+            if kind == "none":
+                advice = (
+                    "Check the dataset column it reads (e.g. MathVerifierReward's answer_column) and that its gold "
+                    "answers parse; rows no reward can score get no advantage and are never trained on."
+                )
+            elif self._ds_active and i == self._filter_index:
+                advice = (
+                    "Dynamic sampling filters on this reward (dynamic_sampling_reward), so no group can be informative "
+                    "while it scores every completion alike. If it does not look at the completion, set "
+                    "dynamic_sampling_reward to the reward that does (or 'total')."
+                )
+            else:
+                advice = (
+                    "Either every completion is scored alike (the prompts are far too easy or too hard for the "
+                    "model) or the function does not look at the completion; check it."
+                )
             logger.warning(f"Reward function {name!r} {detail} of this batch. {advice}")
 
     # ------------------------------------------------------------------ generation
