@@ -51,11 +51,24 @@ def reward_returning(value):
         (lambda n: {"reward": 1.0}, "returned a dict"),
     ],
 )
-def test_a_reward_breaking_the_contract_is_named(tmp_path, output, match):
+def test_a_reward_breaking_the_contract_is_named(tmp_path, output, match, caplog):
     trainer = make(tmp_path, reward=reward_returning(output), max_steps=1)
-    with pytest.raises(ValueError, match=match) as error:
+    with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match=match) as error:
         trainer.train()
     assert "'bad_reward'" in str(error.value)
+    assert "All reward functions returned None" not in caplog.text  # the error is the one message
+
+
+def test_rows_no_reward_can_score_are_said_once(tmp_path, caplog):
+    def partial(completions, kind, **kwargs):
+        return [None if k == "hard" else 1.0 if i % 2 else 0.0 for i, k in enumerate(kind)]
+
+    trainer = make(tmp_path, reward=partial, max_steps=2, dynamic_sampling_max_rounds=3)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert "All reward functions returned None" not in caplog.text
+    said = [r.getMessage() for r in caplog.records if "No reward function could score" in r.getMessage()]
+    assert len(said) == 1 and "e.g. prompt 'q" in said[0]
 
 
 def test_reward_output_check_accepts_numbers_bools_none_and_zero_dim_tensors():

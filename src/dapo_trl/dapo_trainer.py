@@ -48,7 +48,13 @@ from .overlong import OverlongPenalty, is_truncated
 from .preemption import PreemptionMixin
 from .prompt_history import SkipPolicy
 from .prompt_source import DatasetPrompts, StreamPrompts
-from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
+from .reward_checks import (
+    check_reward_funcs,
+    check_reward_output,
+    checked_reward,
+    quiet_trl_unscored_warning,
+    unscored_rows_message,
+)
 from .sampling import (
     ConstantRewardWatch,
     GroupClassification,
@@ -159,6 +165,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._loss_logps: torch.Tensor | None = None
         self._loss_inputs: dict | None = None
         self._reward_warnings: set[tuple[str, str]] = set()
+        self._warned_unscored = False
         self._weight_syncs = 0
         self._overlong = self.build_overlong_penalty()
         self._setup_dynamic_sampling(prompts)
@@ -447,11 +454,13 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             for func, name in zip(user_funcs, self.reward_func_names, strict=True)
         ]
         try:
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N, F)
+            with quiet_trl_unscored_warning():  # said once below, or replaced by the contract error
+                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = user_funcs
         penalty = self._overlong_penalty(prompts, completions, completion_ids_list, problems)
         self._raise_reward_problems(problems)
+        self._warn_unscored_rows(rewards_per_func, prompts, completions)
         device = rewards_per_func.device
         lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=device, dtype=torch.float32)
         self._last_lengths = self.accelerator.gather(lengths)  # (N,)
@@ -464,6 +473,21 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             self._log_correctness(rewards_per_func, self._last_lengths)
             self._warn_about_rewards(rewards_per_func)
         return rewards_per_func
+
+    def _warn_unscored_rows(self, rewards_per_func: torch.Tensor, prompts: list, completions: list) -> None:
+        """Say once that some rows could not be scored by any reward (TRL says it for every call)."""
+        unscored = torch.isnan(rewards_per_func).all(dim=1)  # (N,) gathered
+        if not unscored.any() or unscored.all() or not self.accelerator.is_main_process:
+            return  # every row unscored: each function that scored nothing is named by `_warn_about_rewards`
+        count, rows = int(unscored.sum()), unscored.numel()
+        if self._warned_unscored:
+            logger.debug(f"No reward function could score {count} of the {rows} completions of this batch.")
+            return
+        self._warned_unscored = True
+        start = self.accelerator.process_index * len(prompts)
+        local = unscored[start : start + len(prompts)].nonzero().flatten().tolist()
+        example = (prompts[local[0]], completions[local[0]]) if local else None
+        logger.warning(unscored_rows_message(count, rows, example))
 
     def _overlong_penalty(self, prompts, completions, completion_ids_list, problems: list[str]) -> torch.Tensor:
         """The overlong penalty of every row, gathered `(N,)`; zeros without shaping."""

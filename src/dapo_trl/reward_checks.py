@@ -9,11 +9,14 @@ silently: `NaN` is read as "unscored", infinity or 1e30 turns every advantage of
   that TRL would try to load as a reward model, two functions with the same metric name;
 - checks one call's output ([`check_reward_output`]) and returns a message naming the function and what it returned;
 - wraps a function so its outputs are checked while TRL calls it ([`checked_reward`]); problems are collected rather
-  than raised, so that in a multi-process run every process can raise together after TRL's collective gather.
+  than raised, so that in a multi-process run every process can raise together after TRL's collective gather;
+- replaces TRL's per-call "All reward functions returned None" warning by one message per problem
+  ([`quiet_trl_unscored_warning`], [`unscored_rows_message`]).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
@@ -135,6 +138,57 @@ def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[flo
             )
         rewards.append(value)
     return rewards, None
+
+
+TRL_UNSCORED_WARNING = "All reward functions returned None"
+TRL_LOGGER = "trl.trainer.grpo_trainer"
+
+
+class _DropTrlUnscoredWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return TRL_UNSCORED_WARNING not in record.getMessage()  # accelerate may prefix "[RANK 0] "
+
+
+@contextlib.contextmanager
+def quiet_trl_unscored_warning():
+    """
+    Hold back TRL's "All reward functions returned None" warning, which TRL prints for every call with an unscorable
+    row and also after a reward broke the contract (the checked wrapper returns None for it): the trainer says once
+    what is wrong instead ([`unscored_rows_message`] or the contract error).
+    """
+    trl_logger, quiet = logging.getLogger(TRL_LOGGER), _DropTrlUnscoredWarning()
+    trl_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(quiet)
+
+
+def _excerpt(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def unscored_rows_message(num_unscored: int, num_rows: int, example: tuple[Any, Any] | None) -> str:
+    """
+    The one warning about rows that no reward function could score (every function returned `None` for them).
+
+    Example:
+    ```python
+    >>> unscored_rows_message(2, 8, ("1+1=", "Answer: 2"))[:69]
+    'No reward function could score 2 of the 8 completions of this batch ('
+
+    ```
+    """
+    shown = (
+        f"e.g. prompt {_excerpt(example[0])}, completion {_excerpt(example[1])}" if example else "on another process"
+    )
+    return (
+        f"No reward function could score {num_unscored} of the {num_rows} completions of this batch ({shown}): every "
+        "reward function returned None for them, so they get no advantage and are never trained on. The usual causes "
+        "are gold answers a verifier cannot use (see its own warning) or a dataset column a reward does not find. "
+        "This is said once; later batches with unscorable completions are logged at DEBUG level."
+    )
 
 
 def checked_reward(func: Callable, name: str, problems: list[str]) -> Callable:
