@@ -10,7 +10,7 @@ import torch
 from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 from datasets import Dataset
 
-from dapo_trl.dapo_trainer import SAMPLER_STATE_NAME
+from dapo_trl.dapo_trainer import BUFFER_STATE_NAME, SAMPLER_STATE_NAME
 from dapo_trl.reward_checks import check_reward_output
 
 pytestmark = pytest.mark.integration
@@ -184,6 +184,16 @@ def test_a_sampler_state_with_other_keys_names_the_file_and_what_it_lacks(tmp_pa
     torch.save({"step": 2, "weights": torch.zeros(2)}, folder / SAMPLER_STATE_NAME)
     trainer = make(tmp_path / "again", max_steps=3)
     with pytest.raises(ValueError, match=rf"{SAMPLER_STATE_NAME} lacks the entries \['stream', 'planner'.*Delete it"):
+        trainer.train(resume_from_checkpoint=str(folder))
+
+
+def test_a_generation_buffer_with_other_keys_names_the_file_and_what_it_lacks(tmp_path):
+    folder = checkpoint(tmp_path, steps=1, steps_per_generation=2, gradient_accumulation_steps=1)
+    buffer = folder / BUFFER_STATE_NAME.format(rank=0)
+    assert buffer.is_file(), "the test needs a checkpoint saved in the middle of a generation batch"
+    torch.save({"step": 1}, buffer)
+    trainer = make(tmp_path / "again", max_steps=3, steps_per_generation=2, gradient_accumulation_steps=1)
+    with pytest.raises(ValueError, match=r"rank0.pt lacks the entries \['processes', 'buffer'\].*Delete it"):
         trainer.train(resume_from_checkpoint=str(folder))
 
 

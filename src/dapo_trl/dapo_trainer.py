@@ -68,6 +68,7 @@ logger = logging.getLogger(__name__)
 
 SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
 SAMPLER_STATE_KEYS = ("stream", "planner", "carry", "carry_groups")  # what `load_sampler_state_dict` cannot do without
+BUFFER_STATE_KEYS = ("step", "processes", "buffer")
 BUFFER_STATE_NAME = "dapo_generation_buffer_rank{rank}.pt"
 
 
@@ -823,20 +824,13 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if not os.path.exists(path):
             logger.warning(f"{path} not found: dynamic sampling restarts its prompt stream from the beginning.")
             return
-        state = _load_state_file(path)
-        missing = [key for key in SAMPLER_STATE_KEYS if key not in state]
-        if missing:
-            raise ValueError(
-                f"{path} lacks the entries {missing} of a dapo-trl sampler state (it holds {sorted(state)[:8]}): it "
-                "was not written by DAPOTrainer. Delete it to resume without it (the prompt stream then restarts)."
-            )
-        self.load_sampler_state_dict(state)
+        self.load_sampler_state_dict(_load_state_file(path, SAMPLER_STATE_KEYS))
 
     def _load_generation_buffer(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, BUFFER_STATE_NAME.format(rank=self.accelerator.process_index))
         if not os.path.exists(path):
             return
-        state = _load_state_file(path)
+        state = _load_state_file(path, BUFFER_STATE_KEYS)
         if state["processes"] != self.accelerator.num_processes:
             logger.warning(
                 f"{checkpoint} was saved in the middle of a generation batch by {state['processes']} processes; this "
@@ -861,8 +855,8 @@ def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
     return DAPOConfig(**values)
 
 
-def _load_state_file(path: str) -> dict:
-    """`torch.load` of a dapo-trl state file, with an error that names the file when it is not one."""
+def _load_state_file(path: str, keys: tuple[str, ...] = ()) -> dict:
+    """`torch.load` of a dapo-trl state file holding `keys`, with an error that names the file when it is not one."""
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as error:  # truncated, foreign or garbage files fail in many ways inside torch
@@ -874,6 +868,13 @@ def _load_state_file(path: str) -> dict:
     if not isinstance(state, dict):
         raise ValueError(
             f"{path} holds a {type(state).__name__}, not a dapo-trl state dict. Delete it to resume without it."
+        )
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(
+            f"{path} lacks the entries {missing} of a dapo-trl state file (it holds {sorted(map(str, state))[:8]}): it "
+            "was not written by DAPOTrainer. Delete it to resume without it (the prompt stream then restarts; a "
+            "half-used generation batch is generated again)."
         )
     return state
 
