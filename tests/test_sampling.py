@@ -158,7 +158,7 @@ def test_constant_reward_watch_needs_enough_completions_of_one_value():
 
 def facts(**overrides) -> UnderfillFacts:
     values = dict(
-        rounds=2, groups=10, informative=0, all_correct=5, all_wrong=5, mixed=0, widest_spread=0.0,
+        rounds=2, needed=4, groups=10, informative=0, all_correct=5, all_wrong=5, mixed=0, widest_spread=0.0,
         constant_value=None, truncated_frac=0.0, filter_label="reward function 'acc'", varying=(),
         ended_early=False, max_rounds=10, tolerance=0.0, max_completion_length=64, has_correct_value=True,
     )  # fmt: skip
@@ -170,6 +170,8 @@ def test_underfill_cause_names_the_setting_before_blaming_the_prompts():
     assert "too hard" in underfill_cause(facts(all_correct=2, all_wrong=8))
     tolerance = underfill_cause(facts(all_correct=0, all_wrong=0, mixed=10, widest_spread=2.0, tolerance=5.0))
     assert "dynamic_sampling_tolerance=5 is at least the spread" in tolerance and "100% mixed" in tolerance
+    few = underfill_cause(facts(all_correct=8, all_wrong=1, mixed=1, widest_spread=0.01, tolerance=0.05))
+    assert "too easy" in few and "10% mixed" in few  # a few mixed groups would not have filled the batch
     cut = underfill_cause(facts(all_correct=0, all_wrong=10, truncated_frac=1.0, max_completion_length=1))
     assert "100% of the completions were cut off at max_completion_length=1" in cut and "too hard" not in cut
     constant = facts(all_correct=10, all_wrong=0, constant_value=1.0, has_correct_value=False, ended_early=True)

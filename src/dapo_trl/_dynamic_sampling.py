@@ -458,7 +458,7 @@ class DynamicSamplingMixin:
         values = torch.cat(step.values)  # (n, G)
         rewards = torch.cat(step.rewards)  # (n G, F)
         spreads = group_spreads(values)
-        uninformative = spreads[~torch.isnan(spreads) & (spreads <= args.dynamic_sampling_tolerance)]
+        mixed = spreads[(spreads > 0) & (spreads <= args.dynamic_sampling_tolerance)]
         names = self.reward_func_names
         varying = tuple(
             name
@@ -473,12 +473,13 @@ class DynamicSamplingMixin:
             label = f"reward function {names[self._filter_index]!r} (dynamic_sampling_reward)"
         return UnderfillFacts(
             rounds=step.rounds,
+            needed=step.needed,
             groups=step.generated,
             informative=step.num_fresh,
             all_correct=step.all_correct,
             all_wrong=step.all_wrong,
             mixed=step.mixed,
-            widest_spread=uninformative.max().item() if uninformative.numel() else 0.0,
+            widest_spread=mixed.max().item() if mixed.numel() else 0.0,
             constant_value=single_value(values),
             truncated_frac=torch.cat(step.truncated).float().mean().item(),
             filter_label=label,

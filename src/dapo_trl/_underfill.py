@@ -21,12 +21,13 @@ class UnderfillFacts:
     """What the rounds of one generation batch saw, gathered (the same on every process)."""
 
     rounds: int
+    needed: int  # fresh informative groups the batch needed
     groups: int  # prompt groups generated
     informative: int
     all_correct: int
     all_wrong: int
     mixed: int  # values differ by no more than the tolerance
-    widest_spread: float  # largest max - min of the filter reward within an uninformative group
+    widest_spread: float  # largest max - min of the filter reward within a mixed group
     constant_value: float | None  # the single filter value of every scored completion of the batch, else None
     truncated_frac: float  # share of the batch's completions cut at max_completion_length
     filter_label: str  # how the filter reward is named in the message
@@ -84,12 +85,12 @@ def underfill_cause(facts: UnderfillFacts) -> str:
     they were.
     """
     figures = describe_groups(facts)
-    if facts.mixed and facts.widest_spread <= facts.tolerance:
+    if facts.mixed and facts.informative + facts.mixed >= facts.needed:  # without the tolerance, the batch was full
         return (
             f"{figures}: dynamic_sampling_tolerance={facts.tolerance:g} is at least the spread of {facts.filter_label} "
             f"within a group (up to {facts.widest_spread:g} here), so groups whose completions scored differently "
-            "count as constant. Lower dynamic_sampling_tolerance below the reward's spread (0 for a reward with "
-            "distinct values such as correct/wrong)."
+            "count as constant; they would have filled the batch. Lower dynamic_sampling_tolerance below the "
+            "reward's spread (0 for a reward with distinct values such as correct/wrong)."
         )
     truncated = facts.truncated_frac >= TRUNCATED_CAUSE
     if facts.constant_value is not None and facts.varying:
