@@ -4,12 +4,13 @@ setting), or a defined result; never a silent wrong answer, a deep crash or a ha
 import logging
 import os
 
+import numpy as np
 import pytest
 import torch
 from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 from datasets import Dataset
 
-from dapo_trl.dapo_trainer import SAMPLER_STATE_NAME
+from dapo_trl.dapo_trainer import BUFFER_STATE_NAME, SAMPLER_STATE_NAME
 from dapo_trl.reward_checks import check_reward_output
 
 pytestmark = pytest.mark.integration
@@ -50,18 +51,43 @@ def reward_returning(value):
         (lambda n: {"reward": 1.0}, "returned a dict"),
     ],
 )
-def test_a_reward_breaking_the_contract_is_named(tmp_path, output, match):
+def test_a_reward_breaking_the_contract_is_named(tmp_path, output, match, caplog):
     trainer = make(tmp_path, reward=reward_returning(output), max_steps=1)
-    with pytest.raises(ValueError, match=match) as error:
+    with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match=match) as error:
         trainer.train()
     assert "'bad_reward'" in str(error.value)
+    assert "All reward functions returned None" not in caplog.text  # the error is the one message
 
 
-def test_reward_output_check_accepts_numbers_none_and_zero_dim_tensors():
-    rewards, problem = check_reward_output("r", [1, None, 0.5, torch.tensor(2.0), True], 5)
-    assert problem is not None and "bool" in problem  # True is not a score
+def test_rows_no_reward_can_score_are_said_once(tmp_path, caplog):
+    def partial(completions, kind, **kwargs):
+        return [None if k == "hard" else 1.0 if i % 2 else 0.0 for i, k in enumerate(kind)]
+
+    trainer = make(tmp_path, reward=partial, max_steps=2, dynamic_sampling_max_rounds=3)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert "All reward functions returned None" not in caplog.text
+    said = [r.getMessage() for r in caplog.records if "No reward function could score" in r.getMessage()]
+    assert len(said) == 1 and "e.g. prompt 'q" in said[0]
+
+
+def test_reward_output_check_accepts_numbers_bools_none_and_zero_dim_tensors():
     rewards, problem = check_reward_output("r", [1, None, 0.5, torch.tensor(2.0)], 4)
     assert problem is None and rewards == [1.0, None, 0.5, 2.0]
+    # Bools are scores as in TRL (`[pred == gold for ...]`), whether Python, numpy or torch ones.
+    values = [True, False, np.bool_(True), np.bool_(False), torch.tensor(True)]
+    assert check_reward_output("r", values, 5) == ([1.0, 0.0, 1.0, 0.0, 1.0], None)
+
+
+def test_a_reward_returning_bools_trains_as_in_grpo(tmp_path, caplog):
+    def matches(completions, kind, **kwargs):
+        return [ScriptedReward()(completions, kind)[i] > 0 for i in range(len(completions))]
+
+    trainer = make(tmp_path, reward=matches, max_steps=1)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert "All reward functions returned None" not in caplog.text
+    assert trainer.state.log_history[0]["rewards/matches/mean"] == pytest.approx(0.5, abs=0.25)
 
 
 class RewardClass:
@@ -150,6 +176,24 @@ def test_a_foreign_sampler_state_is_named(tmp_path):
     torch.save([1, 2, 3], folder / SAMPLER_STATE_NAME)
     trainer = make(tmp_path / "again", max_steps=3)
     with pytest.raises(ValueError, match="holds a list, not a dapo-trl state dict"):
+        trainer.train(resume_from_checkpoint=str(folder))
+
+
+def test_a_sampler_state_with_other_keys_names_the_file_and_what_it_lacks(tmp_path):
+    folder = checkpoint(tmp_path)
+    torch.save({"step": 2, "weights": torch.zeros(2)}, folder / SAMPLER_STATE_NAME)
+    trainer = make(tmp_path / "again", max_steps=3)
+    with pytest.raises(ValueError, match=rf"{SAMPLER_STATE_NAME} lacks the entries \['stream', 'planner'.*Delete it"):
+        trainer.train(resume_from_checkpoint=str(folder))
+
+
+def test_a_generation_buffer_with_other_keys_names_the_file_and_what_it_lacks(tmp_path):
+    folder = checkpoint(tmp_path, steps=1, steps_per_generation=2, gradient_accumulation_steps=1)
+    buffer = folder / BUFFER_STATE_NAME.format(rank=0)
+    assert buffer.is_file(), "the test needs a checkpoint saved in the middle of a generation batch"
+    torch.save({"step": 1}, buffer)
+    trainer = make(tmp_path / "again", max_steps=3, steps_per_generation=2, gradient_accumulation_steps=1)
+    with pytest.raises(ValueError, match=r"rank0.pt lacks the entries \['processes', 'buffer'\].*Delete it"):
         trainer.train(resume_from_checkpoint=str(folder))
 
 

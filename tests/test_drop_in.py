@@ -1,6 +1,7 @@
 """DAPOTrainer in place of GRPOTrainer is a one-line change: the same constructor call, the same YAML."""
 
 import dataclasses
+from unittest import mock
 
 import pytest
 import torch
@@ -147,6 +148,63 @@ def test_dapo_trainer_with_grpo_config_keeps_its_values(tmp_path):
         if field.init and field.name != "generation_batch_size":
             assert getattr(trainer.args, field.name) == getattr(args, field.name), field.name
     assert trainer.args.generation_batch_size == args.generation_batch_size
+
+
+def constant_reward_1(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def constant_reward_0(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+@pytest.mark.timeout(120)  # before the refill stopped on a constant reward, DAPOTrainer took minutes here
+@TRAINERS
+def test_reward_metric_reflects_reward_weights_as_in_trl(trainer_cls, model_dir, tmp_path):
+    """
+    TRL's own `test_reward_metric_reflects_reward_weights` (its config, a 17-prompt training set like its `zen` one):
+    two rewards that ignore the completion. Dynamic sampling cannot find an informative group, so it must stop
+    refilling once the reward shows itself constant instead of running dynamic_sampling_max_rounds every step.
+    """
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        learning_rate=0.1,
+        per_device_train_batch_size=3,
+        num_generations=3,
+        max_completion_length=8,
+        report_to="none",
+        reward_weights=[0.7, 0.3],
+        use_cpu=True,  # CPU-only machine
+        bf16=False,
+        activation_checkpointing=False,
+        disable_tqdm=True,
+    )
+    calls = []
+    original = GRPOTrainer._generate_and_score_completions
+
+    def counted(self, inputs):
+        calls.append(len(inputs))
+        return original(self, inputs)
+
+    trainer = trainer_cls(
+        model=model_dir,
+        reward_funcs=[constant_reward_1, constant_reward_0],
+        args=args,
+        train_dataset=scripted_dataset(17),
+    )
+    with mock.patch.object(GRPOTrainer, "_generate_and_score_completions", counted):
+        trainer.train()
+    log = trainer.state.log_history[-1]
+    assert log["reward"] == pytest.approx(0.7, abs=1e-5)  # weighted: 0.7 * 1.0 + 0.3 * 0.0
+    steps = trainer.state.global_step
+    assert steps == 51  # 17 prompts, one per step, 3 epochs
+    if trainer_cls is GRPOTrainer:
+        assert len(calls) == steps
+    else:
+        # A few rounds until the reward shows itself constant (64 completions), then one round of one prompt per step:
+        # 72 generation calls of one prompt here, where 10 rounds a step made several hundred.
+        assert len(calls) <= 1.5 * steps
+        assert set(calls) == {3}
 
 
 # A GRPO recipe as a project keeps it (open-r1 style: model, data and trainer settings in one file).

@@ -274,3 +274,88 @@ def test_a_stream_skipping_every_prompt_after_the_first_ones_returns_instead_of_
 
     indices, rows = stream.take(10, skip=once)
     assert indices == list(range(6)) and len(rows) == 6
+
+
+# ---------------------------------------------------------------- settings that leave no group informative
+
+
+def format_reward(completions, **kwargs):
+    """A reward that does not look at the completion: every completion is "well formatted"."""
+    return [1.0] * len(completions)
+
+
+def test_a_constant_filter_reward_ends_the_refill_and_names_the_setting(tmp_path, caplog):
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = Recorder(
+        model=model,
+        reward_funcs=[format_reward, ScriptedReward()],  # the verifier second: dynamic sampling filters on the first
+        args=config(tmp_path, max_steps=3, dynamic_sampling_max_rounds=10),
+        train_dataset=scripted_dataset(),
+        processing_class=tokenizer,
+    )
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    # Rounds until 64 completions showed one value, then one round of just the missing prompts per step.
+    assert logged(trainer, "dynamic_sampling/rounds") == [2.0, 1.0, 1.0]
+    assert logged(trainer, "dynamic_sampling/groups_generated")[1:] == [2.0, 2.0]
+    text = caplog.text
+    assert "filters on the first reward function, 'format_reward' (dynamic_sampling_reward is not set)" in text
+    assert "dynamic_sampling_reward='scripted'" in text
+    underfill = [r.getMessage() for r in caplog.records if "informative groups a batch needs" in r.getMessage()]
+    assert underfill and not any("too easy" in m or "all-correct" in m for m in underfill)  # no correct value
+    assert "too easy" not in text  # nor in the warning about the constant reward
+
+
+def test_a_verifier_that_fails_every_prompt_still_refills(tmp_path):
+    """A reward with a declared correct value scores the completion: all-wrong rounds are the data, so refill goes on."""
+    dataset = scripted_dataset(kinds=("hard",))
+    trainer = make_trainer(tmp_path, dataset=dataset, max_steps=2, dynamic_sampling_max_rounds=3)
+    trainer.train()
+    assert logged(trainer, "dynamic_sampling/rounds") == [3.0, 3.0]
+
+
+def test_a_tolerance_wider_than_the_reward_is_named_and_groups_are_described_as_they_are(tmp_path, caplog):
+    trainer = make_trainer(tmp_path, max_steps=1, dynamic_sampling_max_rounds=2, dynamic_sampling_tolerance=5.0)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    text = caplog.text
+    assert "dynamic_sampling_tolerance=5 is at least the spread of the first reward function, 'scripted'" in text
+    assert "(up to 2 here)" in text and "mixed but within dynamic_sampling_tolerance" in text
+    assert "100% all-correct" not in text
+    # a third of the prompts are easy, a third hard, a third mixed: the figures say so
+    for key in ("all_correct_frac", "all_wrong_frac"):
+        assert logged(trainer, f"dynamic_sampling/{key}")[0] == pytest.approx(1 / 3, abs=0.15)
+
+
+def test_a_completion_limit_that_cuts_every_answer_is_named(tmp_path, caplog):
+    dataset = scripted_dataset(kinds=("easy", "hard"))
+    trainer = make_trainer(
+        tmp_path, dataset=dataset, max_steps=1, dynamic_sampling_max_rounds=2, max_completion_length=1,
+        overlong_shaping=False,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert "of the completions were cut off at max_completion_length=1 tokens" in caplog.text
+    assert "Raise max_completion_length" in caplog.text
+
+
+def test_the_constant_reward_watch_resumes_exactly(tmp_path):
+    common = dict(max_steps=3, save_strategy="steps", save_steps=1, dynamic_sampling_max_rounds=10)
+    tokenizer = tiny_model_and_tokenizer()[1]
+
+    def run(folder, resume=None):
+        trainer = Recorder(
+            model=tiny_model_and_tokenizer()[0],
+            reward_funcs=[format_reward, ScriptedReward()],
+            args=config(folder, **common),
+            train_dataset=scripted_dataset(),
+            processing_class=tokenizer,
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return [logged(trainer, f"dynamic_sampling/{key}") for key in ("rounds", "groups_generated")]
+
+    full = run(tmp_path / "full")
+    resumed = run(tmp_path / "resumed", resume=str(tmp_path / "full" / "checkpoint-1"))
+    # After step 1 the reward is known constant: later steps draw only the 2 prompts a batch needs, resumed or not.
+    assert full[0] == [2.0, 1.0, 1.0] and full[1][1:] == [2.0, 2.0]
+    assert resumed == full  # the resumed log holds step 1 from the checkpoint

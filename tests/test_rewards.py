@@ -179,6 +179,12 @@ def test_unusable_golds_are_counted_warned_once_and_logged(caplog):
     assert metrics == [("math_verifier/unusable_gold_ratio", 4 / 6)] * 2
 
 
+def test_golds_that_are_no_value_or_never_close_are_unusable_not_echoed():
+    golds = ["NaN", "inf", r"\begin{pmatrix}1\\2", r"\begin{pmatrix}1\\2\end{pmatrix}"]
+    completions = [f"Answer: {gold}" for gold in golds]
+    assert MathVerifierReward()(completions, answer=golds) == [None, None, None, 1.0]
+
+
 def test_an_empty_answer_column_falls_back_to_the_solution_column():
     columns = {"answer": ["", None], "solution": [r"So $\boxed{7}$.", r"Hence $\boxed{8}$."]}
     assert MathVerifierReward()(["Answer: 7", "Answer: 9"], **columns) == [1.0, -1.0]

@@ -1,11 +1,13 @@
 """Dynamic sampling decisions as pure functions (no model)."""
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from dapo_trl.sampling import PromptStream, RoundPlanner, classify_groups, plan_selection
+from dapo_trl._underfill import UnderfillFacts, underfill_cause
+from dapo_trl.sampling import ConstantRewardWatch, PromptStream, RoundPlanner, classify_groups, plan_selection
 
 
 def test_classify_binary_groups():
@@ -127,3 +129,54 @@ def test_stream_skip_is_bounded():
 
 def test_stream_without_shuffle_is_sequential():
     assert PromptStream(4, shuffle=False).take(6) == [0, 1, 2, 3, 0, 1]
+
+
+def test_groups_are_described_as_they_are_whatever_the_tolerance():
+    values = torch.tensor([1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0, 0.9])
+    c = classify_groups(values, 2, tolerance=5.0, correct_value=1.0)
+    assert not c.informative.any()
+    assert c.all_correct.tolist() == [False, True, False, False]  # a tolerance never makes a wrong answer correct
+    assert c.all_wrong.tolist() == [False, False, True, False]
+    assert c.mixed.tolist() == [True, False, False, True]
+    nan = float("nan")
+    unscored = classify_groups(torch.tensor([1.0, nan, nan, nan]), 2, correct_value=1.0)
+    assert not (unscored.all_correct | unscored.all_wrong | unscored.mixed).any()  # not "all wrong": unscored
+
+
+def test_constant_reward_watch_needs_enough_completions_of_one_value():
+    watch = ConstantRewardWatch(min_completions=12, min_groups=2)
+    assert not watch.update(torch.full((1, 8), -1.0))  # one prompt: a verifier's hard prompt looks like this
+    assert watch.update(torch.full((1, 8), -1.0))
+    assert not watch.update(torch.full((1, 8), 1.0))  # another value starts a new count
+    assert watch.completions == 8 and watch.value == 1.0
+    assert watch.update(torch.full((1, 8), 1.0))
+    copy = ConstantRewardWatch(min_completions=12, min_groups=2)
+    copy.load_state_dict(watch.state_dict())
+    assert copy.established and copy.update(torch.tensor([[1.0, float("nan")]]))  # unscored rows are ignored
+    assert not copy.update(torch.tensor([[1.0, 0.0]])) and copy.value is None  # a round with two values resets it
+
+
+def facts(**overrides) -> UnderfillFacts:
+    values = dict(
+        rounds=2, needed=4, groups=10, informative=0, all_correct=5, all_wrong=5, mixed=0, widest_spread=0.0,
+        constant_value=None, truncated_frac=0.0, filter_label="reward function 'acc'", varying=(),
+        ended_early=False, max_rounds=10, tolerance=0.0, max_completion_length=64, has_correct_value=True,
+    )  # fmt: skip
+    values.update(overrides)
+    return UnderfillFacts(**values)
+
+
+def test_underfill_cause_names_the_setting_before_blaming_the_prompts():
+    assert "too hard" in underfill_cause(facts(all_correct=2, all_wrong=8))
+    tolerance = underfill_cause(facts(all_correct=0, all_wrong=0, mixed=10, widest_spread=2.0, tolerance=5.0))
+    assert "dynamic_sampling_tolerance=5 is at least the spread" in tolerance and "100% mixed" in tolerance
+    few = underfill_cause(facts(all_correct=8, all_wrong=1, mixed=1, widest_spread=0.01, tolerance=0.05))
+    assert "too easy" in few and "10% mixed" in few  # a few mixed groups would not have filled the batch
+    cut = underfill_cause(facts(all_correct=0, all_wrong=10, truncated_frac=1.0, max_completion_length=1))
+    assert "100% of the completions were cut off at max_completion_length=1" in cut and "too hard" not in cut
+    constant = facts(all_correct=10, all_wrong=0, constant_value=1.0, has_correct_value=False, ended_early=True)
+    text = underfill_cause(constant)
+    assert "100% with one value for the whole group" in text and "all-correct" not in text
+    assert "does not depend on the completion" in text and "ended after round 2" in text
+    named = underfill_cause(dataclasses.replace(constant, varying=("verifier",)))
+    assert "dynamic_sampling_reward='verifier'" in named

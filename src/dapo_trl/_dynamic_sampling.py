@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _batch
+from ._underfill import UnderfillFacts, group_spreads, single_value, underfill_cause
 from .advantages import compute_advantages, nanstd
 from .metrics import merge_completion_metrics, merge_metric
-from .sampling import SelectionPlan, classify_groups
+from .sampling import SelectionPlan, classify_groups, round_up
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class _Step:
     generated: int = 0
     all_correct: int = 0
     all_wrong: int = 0
+    mixed: int = 0
+    ended_constant: bool = False  # the refill stopped because the filter reward gave every completion one value
     template: dict | None = None
 
 
@@ -87,9 +90,19 @@ class DynamicSamplingMixin:
             self._select_round(step, scored)
             if torch.isnan(scored.rewards).all():
                 break  # no reward could score anything: more rounds would cost as much and find nothing
+            if step.ended_constant:
+                break  # the filter reward gives every completion one value: more rounds cannot change that
         batch, plan, missing = self._assemble_batch(step)
         self._log_step(step, batch, plan, missing)
         return self._local_rows(batch)
+
+    def _filter_looks_constant(self) -> bool:
+        """
+        Whether the filter reward gives every completion one value, so that refill rounds cannot find an informative
+        group. Not for a reward that declares its correct value (`correct_reward`, e.g. a verifier): it scores the
+        completion, and its single value means prompts all solved or all failed, which more rounds may change.
+        """
+        return self._correct_value is None and self._constant_watch.established
 
     def _skip_rule(self):
         """`skip_prompt`, composed with the pre-rollout skip policy when it is on (the user's rule is asked first)."""
@@ -99,8 +112,14 @@ class DynamicSamplingMixin:
         return lambda index: self.skip_prompt(index) or policy.should_skip(index)
 
     def _draw_round(self, needed: int) -> tuple[list[int], list[dict]]:
-        """The prompts of the next round: as many as the planner asks for, a multiple of its granularity."""
-        size = self._planner.next_round_size(needed)
+        """
+        The prompts of the next round: as many as the planner asks for, a multiple of its granularity; only the missing
+        number while the filter reward gives every completion one value (oversampling cannot help then).
+        """
+        if self._filter_looks_constant():
+            size = round_up(needed, self._planner.granularity)
+        else:
+            size = self._planner.next_round_size(needed)
         indices, rows = self._prompts.take(size, skip=self._skip_rule())
         keep = len(indices) - len(indices) % self._planner.granularity
         return indices[:keep], rows[:keep]
@@ -161,6 +180,8 @@ class DynamicSamplingMixin:
         if self._skip_policy is not None:
             self._skip_policy.record(scored.indices, classes, step=self.state.global_step, informative=informative)
         self._planner.update(len(scored.indices), int(informative.sum()))
+        self._constant_watch.update(values)  # every round, so that its state is the same after a resume
+        step.ended_constant = self._filter_looks_constant() and not bool(informative.any())
 
         # Number informative groups in generation order, continuing the count of earlier rounds.
         group_ids = torch.cumsum(informative.long(), 0) - 1 + step.num_carried + step.num_fresh  # (n,)
@@ -188,6 +209,7 @@ class DynamicSamplingMixin:
         step.generated += len(scored.indices)
         step.all_correct += int(classes.all_correct.sum())
         step.all_wrong += int(classes.all_wrong.sum())
+        step.mixed += int(classes.mixed.sum())
 
     def _assemble_batch(self, step: _Step) -> tuple[dict, SelectionPlan, int]:
         """The generation batch: carried and fresh groups chosen by the plan, on every process, padded to full size."""
@@ -431,13 +453,7 @@ class DynamicSamplingMixin:
         elif step.generated == 0:
             cause = "No prompt could be drawn from the training set (skip_prompt passed over a whole epoch)."
         else:
-            cause = (
-                f"Of the {step.generated} prompt groups generated in {step.rounds} rounds, "
-                f"{step.all_correct / step.generated:.0%} were all-correct and {step.all_wrong / step.generated:.0%} "
-                f"all-wrong (dynamic_sampling_max_rounds={args.dynamic_sampling_max_rounds}): most prompts are too "
-                "easy or too hard for the model. Raise dynamic_sampling_max_rounds, or use a dataset closer to the "
-                "model's level."
-            )
+            cause = underfill_cause(self._underfill_facts(step))
         message = (
             f"Dynamic sampling found {target - missing} of the {target} informative groups a batch needs. {cause}"
         )
@@ -451,6 +467,45 @@ class DynamicSamplingMixin:
             f"{message} With no group to train on, the optimizer update is skipped: weights, optimizer moments and "
             "learning-rate schedule stay as they are, global_step still advances (counted in "
             f"dynamic_sampling/skipped_updates; {self._skipped_batches} such batch(es) in this run)."
+        )
+
+    def _underfill_facts(self, step: _Step) -> UnderfillFacts:
+        """What the rounds of this batch saw, for [`underfill_cause`] (gathered values: the same on every process)."""
+        G, args = self.num_generations, self.args
+        values = torch.cat(step.values)  # (n, G)
+        rewards = torch.cat(step.rewards)  # (n G, F)
+        spreads = group_spreads(values)
+        mixed = spreads[(spreads > 0) & (spreads <= args.dynamic_sampling_tolerance)]
+        names = self.reward_func_names
+        varying = tuple(
+            name
+            for i, name in enumerate(names)
+            if self._filter_index not in (None, i) and bool((group_spreads(rewards[:, i].view(-1, G)) > 0).any())
+        )
+        if self._filter_index is None:
+            label = "the weighted total reward plus the overlong penalty (dynamic_sampling_reward='total')"
+        elif args.dynamic_sampling_reward is None:
+            label = f"the first reward function, {names[0]!r} (dynamic_sampling_reward is not set)"
+        else:
+            label = f"reward function {names[self._filter_index]!r} (dynamic_sampling_reward)"
+        return UnderfillFacts(
+            rounds=step.rounds,
+            needed=step.needed,
+            groups=step.generated,
+            informative=step.num_fresh,
+            all_correct=step.all_correct,
+            all_wrong=step.all_wrong,
+            mixed=step.mixed,
+            widest_spread=mixed.max().item() if mixed.numel() else 0.0,
+            constant_value=single_value(values),
+            truncated_frac=torch.cat(step.truncated).float().mean().item(),
+            filter_label=label,
+            varying=varying,
+            ended_early=step.ended_constant,
+            max_rounds=args.dynamic_sampling_max_rounds,
+            tolerance=args.dynamic_sampling_tolerance,
+            max_completion_length=args.max_completion_length,
+            has_correct_value=self._correct_value is not None,
         )
 
     # ------------------------------------------------------------------ completions table

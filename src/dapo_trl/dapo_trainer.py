@@ -52,12 +52,27 @@ from .overlong import OverlongPenalty, is_truncated
 from .preemption import PreemptionMixin
 from .prompt_history import SkipPolicy
 from .prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
-from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
-from .sampling import GroupClassification, RoundPlanner, SelectionPlan, classify_groups, plan_selection
+from .reward_checks import (
+    check_reward_funcs,
+    check_reward_output,
+    checked_reward,
+    quiet_trl_unscored_warning,
+    unscored_rows_message,
+)
+from .sampling import (
+    ConstantRewardWatch,
+    GroupClassification,
+    RoundPlanner,
+    SelectionPlan,
+    classify_groups,
+    plan_selection,
+)
 
 logger = logging.getLogger(__name__)
 
 SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
+SAMPLER_STATE_KEYS = ("stream", "planner", "carry", "carry_groups")  # what `load_sampler_state_dict` cannot do without
+BUFFER_STATE_KEYS = ("step", "processes", "buffer")
 BUFFER_STATE_NAME = "dapo_generation_buffer_rank{rank}.pt"
 
 
@@ -155,6 +170,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._loss_logps: torch.Tensor | None = None
         self._loss_inputs: dict | None = None
         self._reward_warnings: set[tuple[str, str]] = set()
+        self._warned_unscored = False
         self._weight_syncs = 0
         self._skip_update = False
         self._skipped_batches = 0
@@ -195,6 +211,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._carry_groups = 0
         self._carry_table: dict[int, list[dict]] = {}
         self._skip_policy: SkipPolicy | None = None
+        self._constant_watch = ConstantRewardWatch()
         self._ds_active = bool(args.dynamic_sampling and self.train_dataset is not None)
         if not self._ds_active:
             return
@@ -385,6 +402,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             "policy_updates": self._policy_updates,
             "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
             "num_generations": self.num_generations,
+            "constant": self._constant_watch.state_dict(),
         }
 
     def load_sampler_state_dict(self, state: dict) -> None:
@@ -404,6 +422,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._policy_updates = int(state.get("policy_updates", self.state.global_step))
         if self._carry is not None and "_sampled_at" not in self._carry:  # saved before carried rows were dated
             self._carry["_sampled_at"] = -torch.ones_like(self._carry["_group"])
+        if state.get("constant") is not None:  # absent from checkpoints of earlier versions
+            self._constant_watch.load_state_dict(state["constant"])
         if self._skip_policy is not None:
             if state.get("skip") is not None:
                 self._skip_policy.load_state_dict(state["skip"])
@@ -447,11 +467,13 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             for func, name in zip(user_funcs, self.reward_func_names, strict=True)
         ]
         try:
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (N, F)
+            with quiet_trl_unscored_warning():  # said once below, or replaced by the contract error
+                rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = user_funcs
         penalty = self._overlong_penalty(prompts, completions, completion_ids_list, problems)
         self._raise_reward_problems(problems)
+        self._warn_unscored_rows(rewards_per_func, prompts, completions)
         device = rewards_per_func.device
         lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=device, dtype=torch.float32)
         self._last_lengths = self.accelerator.gather(lengths)  # (N,)
@@ -464,6 +486,21 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             self._log_correctness(rewards_per_func, self._last_lengths)
             self._warn_about_rewards(rewards_per_func)
         return rewards_per_func
+
+    def _warn_unscored_rows(self, rewards_per_func: torch.Tensor, prompts: list, completions: list) -> None:
+        """Say once that some rows could not be scored by any reward (TRL says it for every call)."""
+        unscored = torch.isnan(rewards_per_func).all(dim=1)  # (N,) gathered
+        if not unscored.any() or unscored.all() or not self.accelerator.is_main_process:
+            return  # every row unscored: each function that scored nothing is named by `_warn_about_rewards`
+        count, rows = int(unscored.sum()), unscored.numel()
+        if self._warned_unscored:
+            logger.debug(f"No reward function could score {count} of the {rows} completions of this batch.")
+            return
+        self._warned_unscored = True
+        start = self.accelerator.process_index * len(prompts)
+        local = unscored[start : start + len(prompts)].nonzero().flatten().tolist()
+        example = (prompts[local[0]], completions[local[0]]) if local else None
+        logger.warning(unscored_rows_message(count, rows, example))
 
     def _overlong_penalty(self, prompts, completions, completion_ids_list, problems: list[str]) -> torch.Tensor:
         """The overlong penalty of every row, gathered `(N,)`; zeros without shaping."""
@@ -553,13 +590,22 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             if (name, kind) in self._reward_warnings:
                 continue
             self._reward_warnings.add((name, kind))
-            advice = (
-                "Check the dataset column it reads (e.g. MathVerifierReward's answer_column) and that its gold "
-                "answers parse; rows no reward can score get no advantage and are never trained on."
-                if kind == "none"
-                else "Either every completion is scored alike (the prompts are far too easy or too hard for the model) "
-                "or the function does not look at the completion; check it."
-            )
+            if kind == "none":
+                advice = (
+                    "Check the dataset column it reads (e.g. MathVerifierReward's answer_column) and that its gold "
+                    "answers parse; rows no reward can score get no advantage and are never trained on."
+                )
+            elif self._ds_active and i == self._filter_index:
+                advice = (
+                    "Dynamic sampling filters on this reward (dynamic_sampling_reward), so no group can be informative "
+                    "while it scores every completion alike. If it does not look at the completion, set "
+                    "dynamic_sampling_reward to the reward that does (or 'total')."
+                )
+            else:
+                advice = (
+                    "Either every completion is scored alike (the prompts are far too easy or too hard for the "
+                    "model) or the function does not look at the completion; check it."
+                )
             logger.warning(f"Reward function {name!r} {detail} of this batch. {advice}")
 
     # ------------------------------------------------------------------ generation
@@ -873,13 +919,13 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if not os.path.exists(path):
             logger.warning(f"{path} not found: dynamic sampling restarts its prompt stream from the beginning.")
             return
-        self.load_sampler_state_dict(_load_state_file(path))
+        self.load_sampler_state_dict(_load_state_file(path, SAMPLER_STATE_KEYS))
 
     def _load_generation_buffer(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, BUFFER_STATE_NAME.format(rank=self.accelerator.process_index))
         if not os.path.exists(path):
             return
-        state = _load_state_file(path)
+        state = _load_state_file(path, BUFFER_STATE_KEYS)
         if state["processes"] != self.accelerator.num_processes:
             logger.warning(
                 f"{checkpoint} was saved in the middle of a generation batch by {state['processes']} processes; this "
@@ -913,8 +959,8 @@ def _accepts_position_ids(model: nn.Module) -> bool:
         return False
 
 
-def _load_state_file(path: str) -> dict:
-    """`torch.load` of a dapo-trl state file, with an error that names the file when it is not one."""
+def _load_state_file(path: str, keys: tuple[str, ...] = ()) -> dict:
+    """`torch.load` of a dapo-trl state file holding `keys`, with an error that names the file when it is not one."""
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as error:  # truncated, foreign or garbage files fail in many ways inside torch
@@ -926,6 +972,13 @@ def _load_state_file(path: str) -> dict:
     if not isinstance(state, dict):
         raise ValueError(
             f"{path} holds a {type(state).__name__}, not a dapo-trl state dict. Delete it to resume without it."
+        )
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(
+            f"{path} lacks the entries {missing} of a dapo-trl state file (it holds {sorted(map(str, state))[:8]}): it "
+            "was not written by DAPOTrainer. Delete it to resume without it (the prompt stream then restarts; a "
+            "half-used generation batch is generated again)."
         )
     return state
 

@@ -1,19 +1,22 @@
 """The reward-function contract, checked where a broken reward is visible and named when it is not honoured.
 
 TRL calls each reward function as `func(prompts=..., completions=..., completion_ids=..., **columns)` and expects a
-list with one `float` (or `None`, "cannot score this one") per completion. A function that breaks this contract today
-fails deep inside TRL (`'float' object is not iterable`), or worse passes silently: `NaN` is read as "unscored",
-infinity or 1e30 turns every advantage of the batch into 0. This module:
+list with one `float` (or `None`, "cannot score this one") per completion; like TRL, a `bool` counts as 1.0 / 0.0. A
+function that breaks this contract today fails deep inside TRL (`'float' object is not iterable`), or worse passes
+silently: `NaN` is read as "unscored", infinity or 1e30 turns every advantage of the batch into 0. This module:
 
 - checks the reward functions given to the trainer ([`check_reward_funcs`]): a class instead of an instance, a name
   that TRL would try to load as a reward model, two functions with the same metric name;
 - checks one call's output ([`check_reward_output`]) and returns a message naming the function and what it returned;
 - wraps a function so its outputs are checked while TRL calls it ([`checked_reward`]); problems are collected rather
-  than raised, so that in a multi-process run every process can raise together after TRL's collective gather.
+  than raised, so that in a multi-process run every process can raise together after TRL's collective gather;
+- replaces TRL's per-call "All reward functions returned None" warning by one message per problem
+  ([`quiet_trl_unscored_warning`], [`unscored_rows_message`]).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import numbers
@@ -85,6 +88,8 @@ def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[flo
     ```python
     >>> check_reward_output("acc", [1, None, 0.5], 3)
     ([1.0, None, 0.5], None)
+    >>> check_reward_output("acc", [True, False], 2)
+    ([1.0, 0.0], None)
     >>> check_reward_output("acc", 1.0, 3)[1]
     "reward function 'acc' returned a float (1.0), not a list with one reward per completion (3 expected)."
 
@@ -111,8 +116,10 @@ def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[flo
             rewards.append(None)
             continue
         if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            value = value.item()  # numpy and torch scalars, numpy.bool_ included
+        if isinstance(value, bool):  # `[pred == gold for ...]`: TRL reads True/False as 1.0/0.0
+            value = float(value)
+        if not isinstance(value, numbers.Real):
             return blank, (
                 f"reward function {name!r} returned {_describe(value)} (a {type(value).__name__}) for completion "
                 f"{i}: rewards must be numbers, or None for a completion it cannot score."
@@ -131,6 +138,57 @@ def check_reward_output(name: str, output: Any, num_rows: int) -> tuple[list[flo
             )
         rewards.append(value)
     return rewards, None
+
+
+TRL_UNSCORED_WARNING = "All reward functions returned None"
+TRL_LOGGER = "trl.trainer.grpo_trainer"
+
+
+class _DropTrlUnscoredWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return TRL_UNSCORED_WARNING not in record.getMessage()  # accelerate may prefix "[RANK 0] "
+
+
+@contextlib.contextmanager
+def quiet_trl_unscored_warning():
+    """
+    Hold back TRL's "All reward functions returned None" warning, which TRL prints for every call with an unscorable
+    row and also after a reward broke the contract (the checked wrapper returns None for it): the trainer says once
+    what is wrong instead ([`unscored_rows_message`] or the contract error).
+    """
+    trl_logger, quiet = logging.getLogger(TRL_LOGGER), _DropTrlUnscoredWarning()
+    trl_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(quiet)
+
+
+def _excerpt(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def unscored_rows_message(num_unscored: int, num_rows: int, example: tuple[Any, Any] | None) -> str:
+    """
+    The one warning about rows that no reward function could score (every function returned `None` for them).
+
+    Example:
+    ```python
+    >>> unscored_rows_message(2, 8, ("1+1=", "Answer: 2"))[:69]
+    'No reward function could score 2 of the 8 completions of this batch ('
+
+    ```
+    """
+    shown = (
+        f"e.g. prompt {_excerpt(example[0])}, completion {_excerpt(example[1])}" if example else "on another process"
+    )
+    return (
+        f"No reward function could score {num_unscored} of the {num_rows} completions of this batch ({shown}): every "
+        "reward function returned None for them, so they get no advantage and are never trained on. The usual causes "
+        "are gold answers a verifier cannot use (see its own warning) or a dataset column a reward does not find. "
+        "This is said once; later batches with unscorable completions are logged at DEBUG level."
+    )
 
 
 def checked_reward(func: Callable, name: str, problems: list[str]) -> Callable:

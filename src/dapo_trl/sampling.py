@@ -4,7 +4,8 @@ The trainer generates rounds of prompt groups and keeps only *informative* group
 constant across the group: `0 < #correct < G` for a binary verifier) until the generation batch holds its target
 number of groups. This module decides, without a model:
 
-- which groups are informative ([`classify_groups`]),
+- which groups are informative ([`classify_groups`]), and when no refill round can find one because the filter
+  reward gives every completion the same value ([`ConstantRewardWatch`]),
 - how many prompts the next round asks for ([`RoundPlanner`]: adaptive oversampling from the informative rate seen so
   far, exact-deficit refill, or verl's fixed multiple),
 - which groups are trained now, carried to the next step or discarded ([`plan_selection`]),
@@ -28,24 +29,29 @@ STRATEGIES = ("adaptive", "deficit", "fixed")
 
 @dataclass(frozen=True)
 class GroupClassification:
-    """Outcome of [`classify_groups`]; each field is a bool tensor of shape `(num_groups,)`."""
+    """
+    Outcome of [`classify_groups`]; each field is a bool tensor of shape `(num_groups,)`. A group that is neither
+    informative nor in one of the other fields had fewer than two scored completions.
+    """
 
     informative: torch.Tensor
     all_correct: torch.Tensor
     all_wrong: torch.Tensor
+    mixed: torch.Tensor | None = None  # values differ, but by no more than the tolerance (so not informative)
 
 
 def classify_groups(
     values: torch.Tensor, num_generations: int, *, tolerance: float = 0.0, correct_value: float | None = None
 ) -> GroupClassification:
     """
-    Split prompt groups into informative, all-correct and all-wrong.
+    Split prompt groups into informative, all-correct, all-wrong and mixed.
 
     A group is informative when its values are not constant: `max - min > tolerance` over the completions that were
     scored. `NaN` marks an unscorable completion (a reward function returned `None`): it is ignored, and a group with
-    fewer than two scored completions is not informative (its advantages would all be zero). Constant groups are
-    all-correct when their value is at least `correct_value - tolerance` (when `correct_value` is given, else when it
-    is positive) and all-wrong otherwise.
+    fewer than two scored completions is not informative (its advantages would all be zero) and in no other class.
+    The other groups are described as they are: all-correct when every value reaches `correct_value` (when it is
+    given; else when every value is the same positive number), all-wrong when none does (else: the same number, not
+    positive), and mixed otherwise (values that differ by no more than `tolerance`).
 
     Args:
         values (`torch.Tensor` of shape `(num_groups * num_generations,)`):
@@ -63,6 +69,8 @@ def classify_groups(
     >>> c = classify_groups(torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0, -1.0]), 2, correct_value=1.0)
     >>> c.informative.tolist(), c.all_correct.tolist(), c.all_wrong.tolist()
     ([False, False, True], [True, False, False], [False, True, False])
+    >>> classify_groups(torch.tensor([1.0, -1.0]), 2, tolerance=5.0, correct_value=1.0).mixed.tolist()
+    [True]
 
     ```
     """
@@ -77,12 +85,71 @@ def classify_groups(
     low = torch.where(scored, grouped, torch.full_like(grouped, math.inf)).min(dim=1).values  # (N,)
     enough = scored.sum(dim=1) >= 2
     informative = enough & ((high - low) > tolerance)
-    constant = ~informative
-    threshold = (correct_value - tolerance) if correct_value is not None else 0.0
-    is_high = high >= threshold if correct_value is not None else high > threshold
-    all_correct = constant & enough & is_high
-    all_wrong = constant & ~all_correct
-    return GroupClassification(informative=informative, all_correct=all_correct, all_wrong=all_wrong)
+    uninformative = enough & ~informative
+    if correct_value is not None:
+        every, none = low >= correct_value, high < correct_value
+    else:  # no notion of "correct": only a single positive value reads as solved
+        every, none = (low == high) & (high > 0), (low == high) & (high <= 0)
+    all_correct, all_wrong = uninformative & every, uninformative & none
+    mixed = uninformative & ~every & ~none
+    return GroupClassification(informative=informative, all_correct=all_correct, all_wrong=all_wrong, mixed=mixed)
+
+
+class ConstantRewardWatch:
+    """
+    Tells when the filter reward does not depend on the completion, so that refill rounds cannot find an informative
+    group: a constant reward, or one that gives every completion the same score.
+
+    It follows the run of rounds in which every scored value was one and the same number (across all groups, steps
+    included). Once that run covers at least `min_completions` completions of at least `min_groups` prompts, a round
+    that is again wholly that value ends the refill. A round that is not wholly one value (or another value) restarts
+    the count. The thresholds keep a genuine reward from tripping it by chance: a verifier right 10% of the time gives
+    64 wrong answers in a row with probability 0.001.
+
+    Example:
+    ```python
+    >>> watch = ConstantRewardWatch(min_completions=8)
+    >>> watch.update(torch.ones(2, 3)), watch.update(torch.ones(1, 3)), watch.value
+    (False, True, 1.0)
+    >>> watch.update(torch.tensor([[1.0, 0.0, 1.0]])), watch.completions
+    (False, 0)
+
+    ```
+    """
+
+    def __init__(self, *, min_completions: int = 64, min_groups: int = 2) -> None:
+        self.min_completions = min_completions
+        self.min_groups = min_groups
+        self.value: float | None = None  # the one value of the current run of constant rounds
+        self.completions = 0
+        self.groups = 0
+
+    @property
+    def established(self) -> bool:
+        """Whether the rounds seen so far already show a reward that gives every completion the same value."""
+        return self.value is not None and self.completions >= self.min_completions and self.groups >= self.min_groups
+
+    def update(self, values: torch.Tensor) -> bool:
+        """Record a round's filter values `(num_groups, G)` (`NaN`: unscored); `True` when the refill should end."""
+        scored = values[~torch.isnan(values)]
+        if scored.numel() == 0:
+            return False  # nothing scored: the all-None rule ends the refill
+        first = scored[0].item()
+        if not bool((scored == first).all()):
+            self.value, self.completions, self.groups = None, 0, 0
+            return False
+        if self.value != first:
+            self.value, self.completions, self.groups = first, 0, 0
+        self.completions += scored.numel()
+        self.groups += values.size(0)
+        return self.established
+
+    def state_dict(self) -> dict:
+        return {"value": self.value, "completions": self.completions, "groups": self.groups}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = None if state["value"] is None else float(state["value"])
+        self.completions, self.groups = int(state["completions"]), int(state["groups"])
 
 
 def round_up(n: int, multiple: int) -> int:

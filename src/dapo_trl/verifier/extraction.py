@@ -316,6 +316,9 @@ def extract(text: str, extraction: str = "strict") -> str | None:
     return sanitize(answer) or None  # control characters and lone surrogates only matter in the answer itself
 
 
+_FLOAT_INFINITY = re.compile(r"[+-]?inf(?:inity)?", re.IGNORECASE)
+
+
 def unwrap_gold(gold: object) -> str | None:
     """A gold value as text: one-element lists are unwrapped, numbers written out; containers are never stringified."""
     if isinstance(gold, str):
@@ -345,6 +348,8 @@ def extract_gold(gold: object) -> str | None:
     text = sanitize(text).strip()
     if PLAIN_NUMBER.fullmatch(text):
         return text
+    if _FLOAT_INFINITY.fullmatch(text):
+        return None  # a float infinity written out by a program, unusable like the float itself (see unwrap_gold)
     if "\\boxed" in text or "\\fbox" in text or _ANCHOR.search(text):
         answer = extract(text)
     else:

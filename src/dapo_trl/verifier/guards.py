@@ -1,7 +1,8 @@
 r"""
 Guards on a cleaned answer string, before anything computes with it: values too large to compute ([`is_pathological`]),
-text that is not a math answer at all ([`is_malformed`]: `???`, `\sqrt`, `2+`), and values that are undefined as
-written ([`is_undefined`]: `\frac{1}{0}`, `0/0`).
+text that is not a math answer at all ([`is_malformed`]: `???`, `\sqrt`, `2+`; [`environments_balance`]:
+`\begin{pmatrix}1` never closed), and values that are undefined as written ([`is_undefined`]: `\frac{1}{0}`, `0/0`;
+[`holds_nan`]: `NaN`).
 
 A malformed or undefined gold answer makes its row unusable (the reward is `None`, not a match against identical junk
 in a completion); a malformed or undefined prediction is wrong. Plain Python on short strings, linear time.
@@ -150,6 +151,28 @@ _PARTIAL_FUNCTION = re.compile(r"\\(?:log|ln|lg|tan|cot|sec|csc|arcsin|arccos|ar
 def is_undefined(s: str) -> bool:
     """Whether `s` divides by a literal zero (`\\frac{1}{0}`, `0/0`, `5 \\div 0`): undefined, never equal to anything."""
     return _ZERO_DENOMINATOR.search(s) is not None
+
+
+_NOT_A_NUMBER = re.compile(r"(?<![A-Za-z\\])nan(?![A-Za-z])", re.IGNORECASE)
+
+
+def holds_nan(s: str) -> bool:
+    """Whether `s` holds a NaN (`NaN`, `nan`, `\\text{NaN}`: a float written out by a program), undefined as a value."""
+    return _NOT_A_NUMBER.search(s) is not None
+
+
+_ENVIRONMENT = re.compile(r"\\(begin|end)\s*\{\s*([A-Za-z*]+)\s*\}")
+
+
+def environments_balance(s: str) -> bool:
+    """Whether every `\\begin{name}` of `s` is closed by its `\\end{name}`, in order (`\\begin{pmatrix}1` is not)."""
+    stack: list[str] = []
+    for m in _ENVIRONMENT.finditer(s):
+        if m.group(1) == "begin":
+            stack.append(m.group(2))
+        elif not stack or stack.pop() != m.group(2):
+            return False
+    return not stack
 
 
 def may_be_undefined(s: str) -> bool:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .guards import is_malformed, is_pathological, is_undefined
+from .guards import environments_balance, holds_nan, is_malformed, is_pathological, is_undefined
 from .numbers import number_words
 
 MAX_ANSWER_CHARS = 1_000
@@ -367,13 +367,16 @@ def _scalars(node: Node):
 @lru_cache(maxsize=16_384)  # a gold answer is parsed once per group of G completions; nodes are immutable
 def parse_answer(text: str) -> Node | None:
     """
-    Cleans an extracted answer and parses its structure; `None` if it is empty, malformed (`???`, `\\sqrt`, `2+`),
-    undefined (`\\frac{1}{0}`) or pathological (too large to compute, too deeply nested).
+    Cleans an extracted answer and parses its structure; `None` if it is empty, malformed (`???`, `\\sqrt`, `2+`, an
+    environment never closed), undefined (`\\frac{1}{0}`, `NaN`) or pathological (too large to compute, too deeply
+    nested).
     """
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_ANSWER_CHARS:
         return None
     s = clean(text)
     if not s or not 0 <= max_depth(s) <= MAX_DEPTH or is_pathological(s):
+        return None
+    if not environments_balance(s) or holds_nan(s):
         return None
     try:
         node = _node(s)
