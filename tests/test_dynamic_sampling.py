@@ -178,6 +178,18 @@ def test_streamed_dataset_needs_max_steps(tmp_path):
         make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset(), max_steps=-1)
 
 
+@pytest.mark.parametrize("max_steps", [-1, 2])
+def test_streamed_dataset_with_dispatch_batches_gets_trls_error_first(tmp_path, max_steps):
+    """GRPOTrainer's own message about dispatch_batches comes before the project's max_steps check, as in TRL."""
+    with pytest.raises(ValueError, match="Iterable datasets require `dispatch_batches=False`"):
+        make_trainer(
+            tmp_path,
+            dataset=scripted_dataset().to_iterable_dataset(),
+            max_steps=max_steps,
+            accelerator_config={"dispatch_batches": True},
+        )
+
+
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_resume_mid_stream_reproduces_the_uninterrupted_run(tmp_path, shuffle):
     common = dict(max_steps=6, save_strategy="steps", save_steps=3, shuffle_dataset=shuffle)
