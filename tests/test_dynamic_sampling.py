@@ -286,3 +286,105 @@ def test_a_stream_skipping_every_prompt_after_the_first_ones_returns_instead_of_
 
     indices, rows = stream.take(10, skip=once)
     assert indices == list(range(6)) and len(rows) == 6
+
+
+class CountingReward(ScriptedReward):
+    """ScriptedReward that records the number of completions of each call (a judge with a fixed cost per call)."""
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def __call__(self, completions, kind, **kwargs):
+        self.calls.append(len(completions))
+        return super().__call__(completions, kind, **kwargs)
+
+
+class RoundSpy(Recorder):
+    """Records, per dynamic-sampling round, the reward calls and the generation calls (and their sizes) it made."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rounds: list[dict] = []
+        self._generations: list[int] | None = None
+
+    def _generate_and_score_round(self, indices, rows):
+        reward = self.reward_funcs[0]
+        calls_before, self._generations = len(reward.calls), []
+        scored = super()._generate_and_score_round(indices, rows)
+        self.rounds.append(
+            {"prompts": len(indices), "reward_calls": reward.calls[calls_before:], "generations": self._generations}
+        )
+        self._generations = None
+        return scored
+
+
+def _count_generations(monkeypatch):
+    from trl import GRPOTrainer
+
+    original = GRPOTrainer._generate_single_turn
+
+    def counted(self, prompt_ids, *args, **kwargs):
+        if getattr(self, "_generations", None) is not None:
+            self._generations.append(len(prompt_ids))
+        return original(self, prompt_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", counted)
+
+
+def test_each_round_is_scored_in_one_reward_call_and_generated_in_batch_sized_chunks(tmp_path, monkeypatch):
+    _count_generations(monkeypatch)
+    reward = CountingReward()
+    model, tokenizer = tiny_model_and_tokenizer()
+    kinds = ("easy", "hard", "hard", "easy", "mixed")  # one prompt in five is informative: rounds of several batches
+    trainer = RoundSpy(
+        model=model,
+        reward_funcs=[reward],
+        args=config(tmp_path, max_steps=2),
+        train_dataset=scripted_dataset(100, kinds),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    G, batch_rows = trainer.num_generations, trainer.args.generation_batch_size
+    assert trainer.rounds and any(r["prompts"] * G > batch_rows for r in trainer.rounds), "no round above one batch"
+    for r in trainer.rounds:
+        assert r["reward_calls"] == [r["prompts"] * G], r  # one call with every row of the round
+        assert sum(r["generations"]) == r["prompts"] * G
+        assert max(r["generations"]) <= batch_rows, r  # generation never holds more than one generation batch
+    assert len(reward.calls) == len(trainer.rounds)
+    assert sum(h.get("dynamic_sampling/rounds", 0) for h in trainer.state.log_history) == len(trainer.rounds)
+
+
+class LengthRewardModel(torch.nn.Module):
+    """A reward model (an `nn.Module`, which TRL calls with the tokenised texts): records each forward's rows."""
+
+    def __init__(self):
+        from transformers import PretrainedConfig
+
+        super().__init__()
+        self.config = PretrainedConfig(name_or_path="length-judge")  # TRL names the reward and sets its pad id here
+        self.forwards: list[int] = []
+
+    def forward(self, input_ids, attention_mask, **kwargs):
+        from types import SimpleNamespace
+
+        self.forwards.append(input_ids.size(0))
+        return SimpleNamespace(logits=attention_mask.sum(1, keepdim=True).float() / 100)
+
+
+def test_a_reward_model_scores_a_round_in_forwards_of_at_most_one_generation_batch(tmp_path, monkeypatch):
+    _count_generations(monkeypatch)
+    reward, judge = CountingReward(), LengthRewardModel()
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = RoundSpy(
+        model=model,
+        reward_funcs=[reward, judge],
+        reward_processing_classes=[None, tokenizer],
+        args=config(tmp_path, max_steps=2),
+        train_dataset=scripted_dataset(100, ("easy", "hard", "hard", "easy", "mixed")),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    batch_rows = trainer.args.generation_batch_size
+    assert any(r["prompts"] * trainer.num_generations > batch_rows for r in trainer.rounds)
+    assert sum(judge.forwards) == sum(reward.calls) and max(judge.forwards) <= batch_rows
+    assert any(key.startswith("rewards/length-judge/") for h in trainer.state.log_history for key in h)

@@ -8,6 +8,7 @@ TRL private method:
 |-----------------------------------------|----------------------------------------------------------------------------|
 | `_calculate_rewards`                    | check each reward's output, keep the gathered rewards, add the overlong penalty |
 | `_generate_and_score_completions`       | run generation rounds until the batch holds only informative groups; advantages with the penalty |
+| `_generate_single_turn`                 | generate a round scored in one call in chunks of one generation batch       |
 | `get_train_dataloader`                  | with dynamic sampling, the dataloader only paces the steps                 |
 | `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count     |
 | `_get_per_token_logps_and_entropies`    | keep the loss forward's log-probabilities (monitors, carried rows' ratio)  |
@@ -462,7 +463,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         problems: list[str] = []
         user_funcs = self.reward_funcs
         self.reward_funcs = [
-            func if isinstance(func, nn.Module) else checked_reward(func, name, problems)
+            self._bounded_reward_model(func) if isinstance(func, nn.Module) else checked_reward(func, name, problems)
             for func, name in zip(user_funcs, self.reward_func_names, strict=True)
         ]
         try:
