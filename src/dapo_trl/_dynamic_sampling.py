@@ -7,8 +7,9 @@
 
 Decisions (which groups are informative, how big a round is, what is trained, carried or discarded) are made by the
 pure functions of `sampling.py` and the trainer's extension points, on values gathered from every process, so every
-process runs the same rounds; generation calls hold at most one generation batch each; the rows of a process are
-all-gathered before the batch is cut into equal per-process slices.
+process runs the same rounds; each round is scored in one TRL call (one call per reward function) and generated in
+chunks of at most one generation batch; the rows of a process are all-gathered before the batch is cut into equal
+per-process slices.
 """
 
 from __future__ import annotations
@@ -260,8 +261,8 @@ class DynamicSamplingMixin:
         if scored.table is not None:
             for g in informative.nonzero().flatten().tolist():
                 step.table[int(group_ids[g])] = scored.table[g]
-        if step.template is None:
-            step.template = local
+        if step.template is None:  # one row is enough (shapes, padding rows), and keeps no whole round alive
+            step.template = _batch.select_rows(local, torch.zeros(1, dtype=torch.long))
         step.rewards.append(scored.rewards)
         step.penalty.append(scored.penalty)
         step.lengths.append(scored.lengths)
@@ -280,16 +281,19 @@ class DynamicSamplingMixin:
         num_carried = step.num_carried
         plan, missing = self.plan_batch(num_carried=num_carried, num_fresh=step.num_fresh, target=self._ds_target)
         template = step.template if step.template is not None else (self._carry or self._empty_rows())
+        # Each step below keeps at most one copy of the rows alive besides its result (memory at large batches).
         fresh = _batch.concat_rows(step.pieces, pad_token_id=pad)
+        step.pieces.clear()
         if fresh:
-            fresh = _batch.select_rows(fresh, torch.isin(fresh["_group"], _ids(plan.train + plan.carry, device)))
+            fresh = _batch.keep_rows(fresh, torch.isin(fresh["_group"], _ids(plan.train + plan.carry, device)))
         fresh = self._all_gather_rows(fresh, template)
         pool = _batch.concat_rows([b for b in (self._carry, fresh) if b], pad_token_id=pad)
+        del fresh
         train = carry = {}
         if pool:
-            pool = _batch.select_rows(pool, torch.argsort(pool["_group"], stable=True))
-            train = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
-            carry = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device)))
+            pool = _batch.sort_rows(pool, pool["_group"])
+            train = _batch.keep_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
+            carry = _batch.keep_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device))) if plan.carry else {}
         table = {**self._carry_table, **step.table}
         step.trained_table = {g: table[g] for g in plan.train if g in table}
         if plan.carry:  # renumber carried groups 0..k-1 for the next step
@@ -299,6 +303,8 @@ class DynamicSamplingMixin:
         else:
             self._carry, self._carry_groups, self._carry_table = None, 0, {}
         filler = next(b for b in (train, pool, template) if b and b["completion_ids"].size(0))
+        filler = _batch.select_rows(filler, torch.zeros(1, dtype=torch.long))
+        del pool
         train = _batch.pad_rows(train, self._ds_target * self.num_generations, template=filler, pad_token_id=pad)
         train["advantages"] = self._batch_advantages(train)
         self._mark_carried_rows(train, num_carried)
@@ -337,9 +343,11 @@ class DynamicSamplingMixin:
     def _local_rows(self, batch: dict) -> dict:
         """This process's equal slice of the assembled batch, with the exact token count of the whole batch."""
         rank, processes = self.accelerator.process_index, self.accelerator.num_processes
-        per_process = batch["completion_ids"].size(0) // processes
-        index = torch.arange(rank * per_process, (rank + 1) * per_process, device=self.accelerator.device)
-        local = {k: v for k, v in _batch.select_rows(batch, index).items() if not k.startswith("_")}
+        if processes > 1:
+            per_process = batch["completion_ids"].size(0) // processes
+            index = torch.arange(rank * per_process, (rank + 1) * per_process, device=self.accelerator.device)
+            batch = _batch.select_rows(batch, index)
+        local = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and not k.startswith("_")}
         local["num_items_in_batch"] = self.accelerator.gather(_batch.loss_mask(local).sum()).sum()
         return local
 
