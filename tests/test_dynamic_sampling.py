@@ -388,3 +388,17 @@ def test_a_reward_model_scores_a_round_in_forwards_of_at_most_one_generation_bat
     assert any(r["prompts"] * trainer.num_generations > batch_rows for r in trainer.rounds)
     assert sum(judge.forwards) == sum(reward.calls) and max(judge.forwards) <= batch_rows
     assert any(key.startswith("rewards/length-judge/") for h in trainer.state.log_history for key in h)
+
+
+def test_row_selection_copies_only_when_it_changes_the_rows():
+    from dapo_trl import _batch
+
+    batch = {"completion_ids": torch.arange(6).view(3, 2), "_group": torch.tensor([0, 1, 1])}
+    assert _batch.keep_rows(batch, torch.tensor([True, True, True])) is batch
+    assert _batch.sort_rows(batch, batch["_group"]) is batch
+    kept = _batch.keep_rows(batch, torch.tensor([False, True, True]))
+    assert kept["completion_ids"].tolist() == [[2, 3], [4, 5]]
+    shuffled = _batch.select_rows(batch, torch.tensor([2, 0, 1]))
+    assert _batch.sort_rows(shuffled, shuffled["_group"])["_group"].tolist() == [0, 1, 1]
+    joined = _batch.concat_rows([batch], pad_token_id=0)
+    assert joined is not batch and joined["completion_ids"] is batch["completion_ids"]
