@@ -247,9 +247,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     torch.manual_seed(0)
+    # Quiet while measuring (underfilled-batch warnings by design), then restore: tests run this in-process.
+    hf_level, ours = hf_logging.get_verbosity(), logging.getLogger("dapo_trl")
+    our_level = ours.level
     hf_logging.set_verbosity_error()
-    logging.getLogger("dapo_trl").setLevel(logging.ERROR)
-    results = run(args)
+    ours.setLevel(logging.ERROR)
+    try:
+        results = run(args)
+    finally:
+        hf_logging.set_verbosity(hf_level)
+        ours.setLevel(our_level)
     print(format_table(results, args))
     return results
 
