@@ -243,3 +243,27 @@ def test_staleness_quick_prints_carried_and_fresh_ratios(capsys):
     fresh = torch.cat(trainer.records["fresh", 0, 0])
     assert fresh.numel() and torch.equal(fresh, torch.ones_like(fresh))
     assert any(kind == "carried" for kind, _, _ in trainer.records)
+
+
+def test_memory_peak_follows_allocations_and_frees_in_time_order():
+    memory = load_benchmark("memory")
+    changes = [(3, 8), (0, 4), (4, -12), (1, 4), (2, -4)]  # out of order on purpose
+    assert memory.peak_allocated(changes) == 12
+    assert memory.peak_allocated(changes, window=(1, 2)) == 8
+
+
+@pytest.mark.integration
+def test_memory_quick_prints_the_side_by_side_table(capsys):
+    memory = load_benchmark("memory")
+    results = memory.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| batch (completions) | informative every | rows generated (DAPO) |" in out
+    assert {r["every"] for r in results} == {1, 3}
+    for r in results:
+        for kind in ("grpo", "dapo"):
+            assert 0 < r[kind]["preparation"] <= r[kind]["peak"], (kind, r)
+        assert f"| {r['rows']} | {r['every']} |" in out
+    refill = next(r for r in results if r["every"] == 3)
+    assert refill["dapo"]["generated_rows"] > refill["rows"]  # one group in three informative: refill rounds
+    # Loose (tiny model, one process): catches a gross regression in what dynamic sampling keeps alive.
+    assert all(r["dapo"]["peak"] < memory.LIMIT_RATIO * r["grpo"]["peak"] for r in results)

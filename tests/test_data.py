@@ -203,3 +203,51 @@ def test_hub_ids_use_known_formats_and_configs(monkeypatch):
     assert aime["answer"] == ["33"] and aime["prompt"][0] == DAPO_PROMPT_TEMPLATE.format(problem="p")
     dapo = load_math_dataset("BytedTsinghua-SIA/DAPO-Math-17k")
     assert len(dapo) == 1 and dapo["prompt"] == ["templated"] and dapo["answer"] == ["5"]
+
+
+def _write_empty_files(folder) -> dict[str, str]:
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = {
+        "empty.jsonl": b"",
+        "blank.jsonl": b"\n  \n",
+        "empty.json": b"",
+        "list.json": b"[]",
+        "empty.csv": b"",
+        "header.csv": b"prompt,answer\n",
+        "empty.parquet": b"",
+    }
+    paths = {}
+    for name, content in files.items():
+        (folder / name).write_bytes(content)
+        paths[name] = str(folder / name)
+    schema = pa.table({"prompt": pa.array([], pa.string()), "answer": pa.array([], pa.string())})
+    pq.write_table(schema, folder / "zero_rows.parquet")
+    paths["zero_rows.parquet"] = str(folder / "zero_rows.parquet")
+    with gzip.open(folder / "empty.jsonl.gz", "wb"):
+        pass
+    paths["empty.jsonl.gz"] = str(folder / "empty.jsonl.gz")
+    return paths
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "empty.jsonl",
+        "blank.jsonl",
+        "empty.json",
+        "list.json",
+        "empty.csv",
+        "header.csv",
+        "empty.parquet",
+        "zero_rows.parquet",
+        "empty.jsonl.gz",
+    ],
+)
+def test_a_local_file_without_rows_is_named(tmp_path, name):
+    path = _write_empty_files(tmp_path)[name]
+    with pytest.raises(ValueError, match=rf"{path} has no rows"):
+        load_math_dataset(path)

@@ -57,9 +57,13 @@ def test_difference_1_defaults_and_converted_grpo_config(tmp_path):
     assert trainer.args.num_generations == 4 and trainer.args.dynamic_sampling and trainer.args.overlong_shaping
 
 
-def test_difference_2_accumulation_must_divide_the_generation_cycle(tmp_path):
-    with pytest.raises(ValueError, match="multiple of gradient_accumulation_steps"):
-        config(tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2)
+def test_difference_2_steps_spanning_generation_batches_keep_trls_normaliser_with_a_warning(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.dapo_trainer"):
+        trainer = make(tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2)
+    assert "token mean is taken per generation batch" in caplog.text
+    assert not trainer._exact_normalizer
 
 
 @pytest.mark.integration

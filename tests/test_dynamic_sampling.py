@@ -178,6 +178,18 @@ def test_streamed_dataset_needs_max_steps(tmp_path):
         make_trainer(tmp_path, dataset=scripted_dataset().to_iterable_dataset(), max_steps=-1)
 
 
+@pytest.mark.parametrize("max_steps", [-1, 2])
+def test_streamed_dataset_with_dispatch_batches_gets_trls_error_first(tmp_path, max_steps):
+    """GRPOTrainer's own message about dispatch_batches comes before the project's max_steps check, as in TRL."""
+    with pytest.raises(ValueError, match="Iterable datasets require `dispatch_batches=False`"):
+        make_trainer(
+            tmp_path,
+            dataset=scripted_dataset().to_iterable_dataset(),
+            max_steps=max_steps,
+            accelerator_config={"dispatch_batches": True},
+        )
+
+
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_resume_mid_stream_reproduces_the_uninterrupted_run(tmp_path, shuffle):
     common = dict(max_steps=6, save_strategy="steps", save_steps=3, shuffle_dataset=shuffle)
@@ -359,3 +371,119 @@ def test_the_constant_reward_watch_resumes_exactly(tmp_path):
     # After step 1 the reward is known constant: later steps draw only the 2 prompts a batch needs, resumed or not.
     assert full[0] == [2.0, 1.0, 1.0] and full[1][1:] == [2.0, 2.0]
     assert resumed == full  # the resumed log holds step 1 from the checkpoint
+
+
+class CountingReward(ScriptedReward):
+    """ScriptedReward that records the number of completions of each call (a judge with a fixed cost per call)."""
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def __call__(self, completions, kind, **kwargs):
+        self.calls.append(len(completions))
+        return super().__call__(completions, kind, **kwargs)
+
+
+class RoundSpy(Recorder):
+    """Records, per dynamic-sampling round, the reward calls and the generation calls (and their sizes) it made."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rounds: list[dict] = []
+        self._generations: list[int] | None = None
+
+    def _generate_and_score_round(self, indices, rows):
+        reward = self.reward_funcs[0]
+        calls_before, self._generations = len(reward.calls), []
+        scored = super()._generate_and_score_round(indices, rows)
+        self.rounds.append(
+            {"prompts": len(indices), "reward_calls": reward.calls[calls_before:], "generations": self._generations}
+        )
+        self._generations = None
+        return scored
+
+
+def _count_generations(monkeypatch):
+    from trl import GRPOTrainer
+
+    original = GRPOTrainer._generate_single_turn
+
+    def counted(self, prompt_ids, *args, **kwargs):
+        if getattr(self, "_generations", None) is not None:
+            self._generations.append(len(prompt_ids))
+        return original(self, prompt_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", counted)
+
+
+def test_each_round_is_scored_in_one_reward_call_and_generated_in_batch_sized_chunks(tmp_path, monkeypatch):
+    _count_generations(monkeypatch)
+    reward = CountingReward()
+    model, tokenizer = tiny_model_and_tokenizer()
+    kinds = ("easy", "hard", "hard", "easy", "mixed")  # one prompt in five is informative: rounds of several batches
+    trainer = RoundSpy(
+        model=model,
+        reward_funcs=[reward],
+        args=config(tmp_path, max_steps=2),
+        train_dataset=scripted_dataset(100, kinds),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    G, batch_rows = trainer.num_generations, trainer.args.generation_batch_size
+    assert trainer.rounds and any(r["prompts"] * G > batch_rows for r in trainer.rounds), "no round above one batch"
+    for r in trainer.rounds:
+        assert r["reward_calls"] == [r["prompts"] * G], r  # one call with every row of the round
+        assert sum(r["generations"]) == r["prompts"] * G
+        assert max(r["generations"]) <= batch_rows, r  # generation never holds more than one generation batch
+    assert len(reward.calls) == len(trainer.rounds)
+    assert sum(h.get("dynamic_sampling/rounds", 0) for h in trainer.state.log_history) == len(trainer.rounds)
+
+
+class LengthRewardModel(torch.nn.Module):
+    """A reward model (an `nn.Module`, which TRL calls with the tokenised texts): records each forward's rows."""
+
+    def __init__(self):
+        from transformers import PretrainedConfig
+
+        super().__init__()
+        self.config = PretrainedConfig(name_or_path="length-judge")  # TRL names the reward and sets its pad id here
+        self.forwards: list[int] = []
+
+    def forward(self, input_ids, attention_mask, **kwargs):
+        from types import SimpleNamespace
+
+        self.forwards.append(input_ids.size(0))
+        return SimpleNamespace(logits=attention_mask.sum(1, keepdim=True).float() / 100)
+
+
+def test_a_reward_model_scores_a_round_in_forwards_of_at_most_one_generation_batch(tmp_path, monkeypatch):
+    _count_generations(monkeypatch)
+    reward, judge = CountingReward(), LengthRewardModel()
+    model, tokenizer = tiny_model_and_tokenizer()
+    trainer = RoundSpy(
+        model=model,
+        reward_funcs=[reward, judge],
+        reward_processing_classes=[None, tokenizer],
+        args=config(tmp_path, max_steps=2),
+        train_dataset=scripted_dataset(100, ("easy", "hard", "hard", "easy", "mixed")),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    batch_rows = trainer.args.generation_batch_size
+    assert any(r["prompts"] * trainer.num_generations > batch_rows for r in trainer.rounds)
+    assert sum(judge.forwards) == sum(reward.calls) and max(judge.forwards) <= batch_rows
+    assert any(key.startswith("rewards/length-judge/") for h in trainer.state.log_history for key in h)
+
+
+def test_row_selection_copies_only_when_it_changes_the_rows():
+    from dapo_trl import _batch
+
+    batch = {"completion_ids": torch.arange(6).view(3, 2), "_group": torch.tensor([0, 1, 1])}
+    assert _batch.keep_rows(batch, torch.tensor([True, True, True])) is batch
+    assert _batch.sort_rows(batch, batch["_group"]) is batch
+    kept = _batch.keep_rows(batch, torch.tensor([False, True, True]))
+    assert kept["completion_ids"].tolist() == [[2, 3], [4, 5]]
+    shuffled = _batch.select_rows(batch, torch.tensor([2, 0, 1]))
+    assert _batch.sort_rows(shuffled, shuffled["_group"])["_group"].tolist() == [0, 1, 1]
+    joined = _batch.concat_rows([batch], pad_token_id=0)
+    assert joined is not batch and joined["completion_ids"] is batch["completion_ids"]

@@ -87,6 +87,62 @@ def test_trl_normaliser_is_not_exact_but_ours_is(tmp_path):
     assert len(set(counts)) > 1, "micro-batches of different token counts are what makes TRL's average inexact"
 
 
+@pytest.mark.parametrize("dynamic_sampling", [True, False])
+@pytest.mark.parametrize("spg,ga,per_device", [(1, 2, 8), (2, 4, 4)])
+def test_fewer_steps_per_generation_than_accumulation_trains_with_trls_normaliser(
+    tmp_path, caplog, dynamic_sampling, spg, ga, per_device
+):
+    """
+    Generating once per micro-batch (or every few): an optimizer step spans several generation batches, whose token
+    count is unknown at the first backward pass. The step's gradient is TRL's: the mean over its generation batches of
+    each batch's token-mean gradient, and the user is told once.
+    """
+    import logging
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = config(
+        tmp_path,
+        steps_per_generation=spg,
+        gradient_accumulation_steps=ga,
+        per_device_train_batch_size=per_device,
+        max_completion_length=24,  # long enough for completions to end early: batches of different token counts
+        dynamic_sampling=dynamic_sampling,
+    )
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.dapo_trainer"):
+        trainer = Recorder(
+            model=model,
+            reward_funcs=[ScriptedReward()],
+            args=args,
+            train_dataset=scripted_dataset(),
+            processing_class=tokenizer,
+        )
+    warnings = [r.getMessage() for r in caplog.records if "token mean is taken per generation batch" in r.getMessage()]
+    assert len(warnings) == 1
+    capture = GradientCapture(trainer)
+    trainer.add_callback(capture)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert len(capture.steps) == args.max_steps
+    assert any(not torch.equal(before[n], p.detach()) for n, p in trainer.model.named_parameters())
+    reference_model, _ = tiny_model_and_tokenizer()
+    counts = []
+    for step in capture.steps:
+        assert len(step["batches"]) == ga
+        reference_model.load_state_dict(step["params"])
+        generation_batches = [step["batches"][i : i + spg] for i in range(0, ga, spg)]
+        expected: dict[str, torch.Tensor] = {}
+        for batches in generation_batches:
+            counts.append(float(sum(b["completion_mask"].sum() for b in batches)))
+            grads = reference_gradients(
+                reference_model, batches, epsilon_low=args.epsilon, epsilon_high=args.epsilon_high
+            )
+            for name, grad in grads.items():
+                expected[name] = expected.get(name, 0) + grad / len(generation_batches)
+        for name, grad in step["grads"].items():
+            torch.testing.assert_close(grad, expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert len(set(counts)) > 1, "generation batches of equal token counts would not tell the two normalisers apart"
+
+
 def test_two_steps_change_parameters_and_log_new_metrics(tmp_path):
     model, tokenizer = tiny_model_and_tokenizer()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

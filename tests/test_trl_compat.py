@@ -39,6 +39,24 @@ def test_overridden_trl_methods_keep_their_signature(name):
     assert name in DAPOTrainer.__dict__, f"DAPOTrainer no longer overrides {name}"
 
 
+# TRL method -> the leading parameters DynamicSamplingMixin's override relies on (generation of a round in chunks)
+DYNAMIC_SAMPLING_OVERRIDDEN = {
+    "_generate_single_turn": ["self", "prompt_ids", "images", "multimodal_fields", "num_generations"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC_SAMPLING_OVERRIDDEN))
+def test_dynamic_sampling_overrides_keep_their_signature(name):
+    from dapo_trl._dynamic_sampling import DynamicSamplingMixin
+
+    params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+    expected = DYNAMIC_SAMPLING_OVERRIDDEN[name]
+    assert params[: len(expected)] == expected, f"GRPOTrainer.{name} changed: {params}"
+    assert name in DynamicSamplingMixin.__dict__
+    # The chunks are concatenated as (completion_ids, logprobs): both per-row lists (logprobs may be None).
+    assert "return completion_ids, logprobs" in inspect.getsource(getattr(GRPOTrainer, name))
+
+
 # transformers Trainer method -> the parameters PreemptionMixin's override passes on or relies on
 MIXIN_OVERRIDDEN = {
     "train": ["self", "resume_from_checkpoint", "trial", "ignore_keys_for_eval"],

@@ -87,6 +87,18 @@ def select_rows(batch: dict, index: torch.Tensor) -> dict:
     return out
 
 
+def keep_rows(batch: dict, keep: torch.Tensor) -> dict:
+    """Rows where the bool `keep` is true, as [`select_rows`]; `batch` itself (no copy) when every row is kept."""
+    return batch if bool(keep.all()) else select_rows(batch, keep)
+
+
+def sort_rows(batch: dict, key: torch.Tensor) -> dict:
+    """Rows in stable order of `key` `(B,)`; `batch` itself (no copy) when they already are."""
+    if key.numel() < 2 or bool((key[1:] >= key[:-1]).all()):
+        return batch
+    return select_rows(batch, torch.argsort(key, stable=True))
+
+
 def _pad_width(tensor: torch.Tensor, width: int, side: str, value: float) -> torch.Tensor:
     missing = width - tensor.size(1)
     if missing <= 0:
@@ -110,6 +122,8 @@ def concat_rows(batches: Sequence[dict], *, pad_token_id: int) -> dict:
     batches = [b for b in batches if b]
     if not batches:
         return {}
+    if len(batches) == 1:  # nothing to pad or join: no copy of the tensors
+        return {k: v for k, v in batches[0].items()}
     keys = set(batches[0])
     for b in batches[1:]:
         if set(b) != keys:

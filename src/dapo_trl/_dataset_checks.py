@@ -36,6 +36,8 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> list 
     if dataset is None:
         return None
     if isinstance(dataset, IterableDataset):
+        if _dispatches_batches(args):
+            return None  # TRL refuses this with its own error (dispatch_batches=False); let GRPOTrainer's come first
         if args.max_steps is None or args.max_steps <= 0:
             raise ValueError(
                 "A streamed (IterableDataset) training set has no length, so the number of steps must be given: set "
@@ -68,6 +70,11 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> list 
             "batch, or dynamic_sampling=True (which cycles the prompts)."
         )
     return prompts
+
+
+def _dispatches_batches(args: Any) -> bool:
+    config = getattr(args, "accelerator_config", None)
+    return bool(getattr(config, "dispatch_batches", None))
 
 
 def is_empty_prompt(prompt: Any) -> bool:

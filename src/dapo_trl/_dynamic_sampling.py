@@ -7,8 +7,9 @@
 
 Decisions (which groups are informative, how big a round is, what is trained, carried or discarded) are made by the
 pure functions of `sampling.py` and the trainer's extension points, on values gathered from every process, so every
-process runs the same rounds; generation calls hold at most one generation batch each; the rows of a process are
-all-gathered before the batch is cut into equal per-process slices.
+process runs the same rounds; each round is scored in one TRL call (one call per reward function) and generated in
+chunks of at most one generation batch; the rows of a process are all-gathered before the batch is cut into equal
+per-process slices.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
+from torch import nn
 
 from . import _batch
 from ._underfill import UnderfillFacts, group_spreads, single_value, underfill_cause
@@ -43,6 +46,34 @@ class _Round:
     truncated: torch.Tensor  # (n G,) bool
     rows_per_call: list[int]  # rows of each TRL generation call the round was split into
     table: list[list[dict]] | None  # completion-table rows, per group (None when completions are not logged)
+
+
+class RowChunkedModel(nn.Module):
+    """`model`'s forward over at most `rows` rows at a time; TRL reads only `.logits` of a reward model's output."""
+
+    def __init__(self, model: nn.Module, rows: int) -> None:
+        super().__init__()
+        self.model, self.rows = model, max(rows, 1)
+
+    def forward(self, **inputs):
+        total = next((v.size(0) for v in inputs.values() if isinstance(v, torch.Tensor)), 0)
+        if total <= self.rows:
+            return self.model(**inputs)
+        logits = [
+            self.model(
+                **{k: v[start : start + self.rows] if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+            ).logits
+            for start in range(0, total, self.rows)
+        ]
+        return SimpleNamespace(logits=torch.cat(logits))
+
+
+@dataclass
+class _Call:
+    """One TRL generation call of a round: this process's rows, per generation-batch chunk, and their round positions."""
+
+    chunks: list[list[dict]]
+    positions: torch.Tensor  # (rows,) position of each local row in the round
 
 
 @dataclass
@@ -126,30 +157,39 @@ class DynamicSamplingMixin:
 
     def _generate_and_score_round(self, indices: list[int], rows: list[dict]) -> _Round:
         """
-        Generate and score `G` completions for each prompt, through TRL, in calls of at most one generation batch (so a
-        large round never holds more in memory than a plain TRL step). Every process makes the same calls with the
-        same number of rows, so every model forward runs equally often on every process (ZeRO-3 and FSDP need it).
+        Generate and score `G` completions for each prompt, through TRL. Generation runs in chunks of at most one
+        generation batch (so a large round never generates more at once than a plain TRL step), but the whole round is
+        scored in one TRL call, so each reward function is called once per round (see [`_round_calls`]). Every process
+        makes the same calls with the same number of rows, so every model forward runs equally often on every process
+        (ZeRO-3 and FSDP need it).
         """
-        G, processes, rank = self.num_generations, self.accelerator.num_processes, self.accelerator.process_index
+        G = self.num_generations
         outs, rewards, penalty, lengths, truncated, rows_per_call, table = [], [], [], [], [], [], []
-        for start in range(0, len(rows), self._ds_target):
-            expanded = [dict(row) for row in rows[start : start + self._ds_target] for _ in range(G)]  # TRL edits rows
-            per_process = len(expanded) // processes
-            out = super()._generate_and_score_completions(expanded[rank * per_process : (rank + 1) * per_process])
+        for call in self._round_calls(rows):
+            self._generation_chunks = [len(chunk) for chunk in call.chunks] if len(call.chunks) > 1 else None
+            try:
+                out = super()._generate_and_score_completions([row for chunk in call.chunks for row in chunk])
+            finally:
+                self._generation_chunks = None
             _batch.check_supported(out)
             out.pop("num_items_in_batch", None)
-            offset = start * G + rank * per_process
-            out["_row"] = torch.arange(offset, offset + per_process, device=self.accelerator.device)
+            out["_row"] = call.positions.to(self.accelerator.device)
             if self._needs_sampling_logps(out):
                 out["_carry_logps"] = self._sampling_logps(out)  # every local row, so forward counts match
             outs.append(out)
-            rewards.append(self._last_rewards_per_func)
-            penalty.append(self._last_penalty)
-            lengths.append(self._last_lengths)
-            truncated.append(self._last_truncated)
-            rows_per_call.append(len(expanded))
+            # TRL gathers in process order; put the call's rows back in round order (groups of G contiguous).
+            order = self.accelerator.gather(out["_row"])
+            order = order - order.min()
+            rewards.append(_in_round_order(self._last_rewards_per_func, order))
+            penalty.append(_in_round_order(self._last_penalty, order))
+            lengths.append(_in_round_order(self._last_lengths, order))
+            truncated.append(_in_round_order(self._last_truncated, order))
+            rows_per_call.append(order.numel())
             if self.log_completions:
-                table.extend(self._pop_table_rows(len(expanded)))
+                popped = self._pop_table_rows(order.numel())
+                if len(popped) == order.numel():
+                    popped = [popped[i] for i in torch.argsort(order).tolist()]
+                table.extend(popped)
         return _Round(
             indices=indices,
             local=_batch.concat_rows(outs, pad_token_id=self._tokenizer.pad_token_id),
@@ -160,6 +200,53 @@ class DynamicSamplingMixin:
             rows_per_call=rows_per_call,
             table=[table[i : i + G] for i in range(0, len(table), G)] if self.log_completions else None,
         )
+
+    def _round_calls(self, rows: list[dict]) -> list[_Call]:
+        """
+        The TRL calls of a round and this process's rows in each, cut in chunks of one generation batch (each chunk
+        split evenly over the processes, as in a plain TRL step). One call holds every chunk, so a reward with a fixed
+        cost per call (a remote judge, a sandbox start) pays it once per round. With tools, environments or a
+        `rollout_func`, whose generation this trainer cannot cut in chunks, each chunk is its own call.
+        """
+        G, processes, rank = self.num_generations, self.accelerator.num_processes, self.accelerator.process_index
+        chunks, positions = [], []
+        for start in range(0, len(rows), self._ds_target):
+            expanded = [dict(row) for row in rows[start : start + self._ds_target] for _ in range(G)]  # TRL edits rows
+            per_process = len(expanded) // processes
+            chunks.append(expanded[rank * per_process : (rank + 1) * per_process])
+            offset = start * G + rank * per_process
+            positions.append(torch.arange(offset, offset + per_process))
+        if self.tools or self.rollout_func is not None or self.environment_factories is not None:
+            return [_Call([chunk], position) for chunk, position in zip(chunks, positions, strict=True)]
+        return [_Call(chunks, torch.cat(positions))] if chunks else []
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        """TRL's generation, in the chunks [`_round_calls`] planned (once: a tool loop's later turns are not cut)."""
+        sizes, self._generation_chunks = getattr(self, "_generation_chunks", None), None
+        if not sizes:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
+        completion_ids, logprobs, start = [], [], 0
+        for size in sizes:
+            part = slice(start, start + size)
+            ids, lps = super()._generate_single_turn(
+                prompt_ids[part], images[part] if images is not None else None, multimodal_fields, num_generations,
+                *args, **kwargs,
+            )  # fmt: skip
+            completion_ids.extend(ids)
+            logprobs = None if lps is None else [*(logprobs or []), *lps]
+            start += size
+        return completion_ids, logprobs
+
+    def _bounded_reward_model(self, model: nn.Module) -> nn.Module:
+        """
+        A reward model as TRL calls it, run over at most one generation batch of rows per forward when a dynamic
+        sampling round is scored in one call (TRL gives all of a call's rows to one forward).
+        """
+        if not (self.model.training and self._ds_active):
+            return model
+        return RowChunkedModel(model, self.args.generation_batch_size // self.accelerator.num_processes)
 
     def _needs_sampling_logps(self, out: dict) -> bool:
         # Carried rows are trained a step later, against the policy that sampled them. TRL's aligned case (no
@@ -196,8 +283,8 @@ class DynamicSamplingMixin:
         if scored.table is not None:
             for g in informative.nonzero().flatten().tolist():
                 step.table[int(group_ids[g])] = scored.table[g]
-        if step.template is None:
-            step.template = local
+        if step.template is None:  # one row is enough (shapes, padding rows), and keeps no whole round alive
+            step.template = _batch.select_rows(local, torch.zeros(1, dtype=torch.long))
         step.rewards.append(scored.rewards)
         step.penalty.append(scored.penalty)
         step.lengths.append(scored.lengths)
@@ -217,16 +304,19 @@ class DynamicSamplingMixin:
         num_carried = step.num_carried
         plan, missing = self.plan_batch(num_carried=num_carried, num_fresh=step.num_fresh, target=self._ds_target)
         template = step.template if step.template is not None else (self._carry or self._empty_rows())
+        # Each step below keeps at most one copy of the rows alive besides its result (memory at large batches).
         fresh = _batch.concat_rows(step.pieces, pad_token_id=pad)
+        step.pieces.clear()
         if fresh:
-            fresh = _batch.select_rows(fresh, torch.isin(fresh["_group"], _ids(plan.train + plan.carry, device)))
+            fresh = _batch.keep_rows(fresh, torch.isin(fresh["_group"], _ids(plan.train + plan.carry, device)))
         fresh = self._all_gather_rows(fresh, template)
         pool = _batch.concat_rows([b for b in (self._carry, fresh) if b], pad_token_id=pad)
+        del fresh
         train = carry = {}
         if pool:
-            pool = _batch.select_rows(pool, torch.argsort(pool["_group"], stable=True))
-            train = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
-            carry = _batch.select_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device)))
+            pool = _batch.sort_rows(pool, pool["_group"])
+            train = _batch.keep_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
+            carry = _batch.keep_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device))) if plan.carry else {}
         table = {**self._carry_table, **step.table}
         step.trained_table = {g: table[g] for g in plan.train if g in table}
         if plan.carry:  # renumber carried groups 0..k-1 for the next step
@@ -236,6 +326,8 @@ class DynamicSamplingMixin:
         else:
             self._carry, self._carry_groups, self._carry_table = None, 0, {}
         filler = next(b for b in (train, pool, template) if b and b["completion_ids"].size(0))
+        filler = _batch.select_rows(filler, torch.zeros(1, dtype=torch.long))
+        del pool
         train = _batch.pad_rows(train, self._ds_target * self.num_generations, template=filler, pad_token_id=pad)
         train["advantages"] = self._batch_advantages(train)
         self._mark_carried_rows(train, num_carried)
@@ -274,9 +366,11 @@ class DynamicSamplingMixin:
     def _local_rows(self, batch: dict) -> dict:
         """This process's equal slice of the assembled batch, with the exact token count of the whole batch."""
         rank, processes = self.accelerator.process_index, self.accelerator.num_processes
-        per_process = batch["completion_ids"].size(0) // processes
-        index = torch.arange(rank * per_process, (rank + 1) * per_process, device=self.accelerator.device)
-        local = {k: v for k, v in _batch.select_rows(batch, index).items() if not k.startswith("_")}
+        if processes > 1:
+            per_process = batch["completion_ids"].size(0) // processes
+            index = torch.arange(rank * per_process, (rank + 1) * per_process, device=self.accelerator.device)
+            batch = _batch.select_rows(batch, index)
+        local = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and not k.startswith("_")}
         local["num_items_in_batch"] = self.accelerator.gather(_batch.loss_mask(local).sum()).sum()
         return local
 
@@ -539,6 +633,13 @@ class DynamicSamplingMixin:
                     logs["rewards"][name].append(row.get(f"rewards/{name}"))
                 for name in list(logs["extra"]):
                     logs["extra"][name].append(row.get(f"extra/{name}"))
+
+
+def _in_round_order(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Rows gathered in process order, put at their round positions `order` (a permutation of `0 .. N-1`)."""
+    out = torch.empty_like(values)
+    out[order.to(values.device)] = values
+    return out
 
 
 def _ids(groups: list[int], device) -> torch.Tensor:

@@ -293,7 +293,6 @@ class DAPOConfig(GRPOConfig):
         self._check_clipping()
         self._check_overlong()
         self._check_dynamic_sampling()
-        self._check_token_normalizer()
         self._check_prompt_length()
         self._check_dynamic_sampling_skip()
         self._check_preemption()
@@ -353,19 +352,6 @@ class DAPOConfig(GRPOConfig):
                 "dynamic_sampling_carry_over needs the trainer's own loss forward (carried rows are trained against the "
                 "log-probabilities of the policy that sampled them, fresh rows against the current ones), which the "
                 "Liger fused loss bypasses. Set use_liger_kernel=False or dynamic_sampling_carry_over=False."
-            )
-
-    def _check_token_normalizer(self) -> None:
-        if self.loss_type != "dapo":
-            return
-        cycle = self.steps_per_generation * self.num_iterations
-        if cycle % self.gradient_accumulation_steps != 0:
-            raise ValueError(
-                f"With loss_type='dapo', an optimizer step must not span two generation batches: "
-                f"steps_per_generation * num_iterations ({self.steps_per_generation} * {self.num_iterations}) must be "
-                f"a multiple of gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set "
-                "steps_per_generation to a multiple of gradient_accumulation_steps (the paper does 16 updates per "
-                "rollout: steps_per_generation = 16 * gradient_accumulation_steps)."
             )
 
     def _check_prompt_length(self) -> None:

@@ -8,6 +8,7 @@ TRL private method:
 |-----------------------------------------|----------------------------------------------------------------------------|
 | `_calculate_rewards`                    | check each reward's output, keep the gathered rewards, add the overlong penalty |
 | `_generate_and_score_completions`       | run generation rounds until the batch holds only informative groups; advantages with the penalty |
+| `_generate_single_turn`                 | generate a round scored in one call in chunks of one generation batch       |
 | `get_train_dataloader`                  | with dynamic sampling, the dataloader only paces the steps                 |
 | `_get_train_sampler`                    | each epoch's prompt order a function of seed and epoch (exact resume)      |
 | `_prepare_inputs`                       | replace TRL's approximate token normaliser by the exact per-step count; skip the update of a step without a loss token |
@@ -47,7 +48,13 @@ from ._dynamic_sampling import DynamicSamplingMixin
 from .advantages import compute_advantages
 from .dapo_config import DAPOConfig
 from .diagnostics import add_diagnostics
-from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_normalizer, window_token_counts
+from .loss import (
+    exact_normalizer_applies,
+    sequence_clip_flags,
+    token_prob_sums,
+    trl_num_items_for_exact_normalizer,
+    window_token_counts,
+)
 from .overlong import OverlongPenalty, is_truncated
 from .preemption import PreemptionMixin
 from .prompt_history import SkipPolicy
@@ -89,7 +96,10 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
       prompts come from a resumable shuffled stream over the training set (map-style or streamed), and every process
       runs the same rounds.
     - **Exact token-level loss** (§3.3): TRL's `loss_type="dapo"` surrogate divided by the exact number of completion
-      tokens of the optimizer step (all accumulation micro-batches, all processes).
+      tokens of the optimizer step (all accumulation micro-batches, all processes). When an optimizer step spans
+      several generation batches (`steps_per_generation * num_iterations` not a multiple of
+      `gradient_accumulation_steps`), its count is not known before its first backward pass: TRL's normaliser (a token
+      mean per generation batch) is kept, with a warning at construction.
     - **Overlong reward shaping** (§3.4): the soft length penalty of Eq. 13, added to the aggregated reward of every
       scorable completion before advantages are computed ([`~dapo_trl.advantages.compute_advantages`]), logged under
       `overlong/*`. The reward lists (`reward_funcs`, `reward_func_names`, `reward_weights`,
@@ -167,6 +177,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._last_penalty: torch.Tensor | None = None
         self._last_lengths: torch.Tensor | None = None
         self._window_tokens: list[float] | None = None
+        self._exact_normalizer = self._check_token_normalizer()
         self._loss_logps: torch.Tensor | None = None
         self._loss_inputs: dict | None = None
         self._reward_warnings: set[tuple[str, str]] = set()
@@ -247,6 +258,27 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 target=args.dynamic_sampling_skip_target,
                 max_skip=args.dynamic_sampling_skip_max_prob,
             )
+
+    def _check_token_normalizer(self) -> bool:
+        """Whether the exact per-step token count applies; if not, say once that TRL's normaliser is used instead."""
+        args = self.args
+        if args.loss_type != "dapo":
+            return False
+        exact = exact_normalizer_applies(
+            steps_per_generation=args.steps_per_generation,
+            num_iterations=args.num_iterations,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+        )
+        if not exact:
+            logger.warning(
+                f"steps_per_generation * num_iterations ({args.steps_per_generation} * {args.num_iterations}) is not a "
+                f"multiple of gradient_accumulation_steps ({args.gradient_accumulation_steps}): an optimizer step spans "
+                "several generation batches, whose token count is not known before its first backward pass. The loss "
+                "keeps TRL's normaliser: the token mean is taken per generation batch (each weighted by its share of "
+                "the step's micro-batches), not over the whole optimizer step. For the paper's exact token-level mean, "
+                "set steps_per_generation to a multiple of gradient_accumulation_steps."
+            )
+        return exact
 
     def _model_context(self) -> int | None:
         config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
@@ -463,7 +495,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         problems: list[str] = []
         user_funcs = self.reward_funcs
         self.reward_funcs = [
-            func if isinstance(func, nn.Module) else checked_reward(func, name, problems)
+            self._bounded_reward_model(func) if isinstance(func, nn.Module) else checked_reward(func, name, problems)
             for func, name in zip(user_funcs, self.reward_func_names, strict=True)
         ]
         try:
@@ -714,14 +746,12 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     # ------------------------------------------------------------------ exact token-level normaliser
 
     def _prepare_inputs(self, generation_batch):
-        exact = self.loss_type == "dapo"
-        if not self.model.training or not (exact or self._ds_active):
+        cycle = self.args.steps_per_generation * self.num_iterations
+        aligned = cycle % self.args.gradient_accumulation_steps == 0  # no optimizer step spans two generation cycles
+        if not self.model.training or not aligned or not (self._exact_normalizer or self._ds_active):
             return super()._prepare_inputs(generation_batch)
         before = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
-        cycle = self.args.steps_per_generation * self.num_iterations
-        if not exact and cycle % self.args.gradient_accumulation_steps != 0:
-            return inputs  # an optimizer step spans two generation cycles: no per-step token count
         if self._buffered_inputs is not before or self._window_tokens is None:
             # New generation cycle: count each micro-batch's loss tokens over all processes (collective, and every
             # process regenerates at the same step).
@@ -736,7 +766,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         window = self._window_tokens[self._step % len(self._window_tokens)]
         if self._ds_active and self._step % self.args.gradient_accumulation_steps == 0:
             self._plan_update(skip=window == 0)
-        if not exact:
+        if not self._exact_normalizer:
             return inputs
         num_items = trl_num_items_for_exact_normalizer(
             window,

@@ -17,6 +17,7 @@ repeats by default (`dedupe=True`) and logs how many went.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import re
@@ -370,11 +371,59 @@ def _load_raw(name_or_path: str, *, split: str, config_name: str | None) -> Any:
                 f"Unsupported file type {extension or '(none)'!r} for {name_or_path}; use one of "
                 f"{sorted(_LOCAL_BUILDERS)}."
             )
-        return datasets.load_dataset(builder, data_files={_split_base(split): name_or_path}, split=split)
+        return _load_local_file(name_or_path, builder, split)
     if name_or_path.startswith((".", "/", "~")) or _extension(name_or_path) in _LOCAL_BUILDERS:
         raise FileNotFoundError(f"No such dataset file or folder: {name_or_path}")
     config_name = config_name or _DEFAULT_CONFIGS.get(name_or_path)
     return datasets.load_dataset(name_or_path, config_name, split=split)
+
+
+def _load_local_file(path: str, builder: str, split: str) -> Any:
+    """One local data file as `split`; a file without rows is named instead of failing deep inside `datasets`."""
+    import datasets
+
+    if _is_blank_file(path) or (builder == "parquet" and _parquet_rows(path) == 0):
+        raise ValueError(_no_rows_message(path))
+    try:
+        raw = datasets.load_dataset(builder, data_files={_split_base(split): path}, split=split)
+    except ValueError as error:
+        # a header-only CSV, a JSON `[]` or an Arrow stream without batches: `datasets` reports an empty split
+        if "corresponds to no data" in str(error):
+            raise ValueError(_no_rows_message(path)) from error
+        raise
+    if len(raw) == 0:
+        raise ValueError(_no_rows_message(path))
+    return raw
+
+
+def _no_rows_message(path: str) -> str:
+    return f"{path} has no rows: the file is empty, or holds only a header or an empty list. Point to a file with training rows."
+
+
+def _is_blank_file(path: str, chunk: int = 1 << 16) -> bool:
+    """Whether `path` holds no bytes, or (for text formats, gzipped or not) nothing but whitespace."""
+    if os.path.getsize(path) == 0:
+        return True
+    if _extension(path) not in (".jsonl", ".json", ".csv"):
+        return False
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            while block := handle.read(chunk):
+                if block.strip():
+                    return False
+    except OSError:  # not really gzip, say: let `datasets` report it
+        return False
+    return True
+
+
+def _parquet_rows(path: str) -> int | None:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(path).num_rows
+    except Exception:  # not a readable Parquet file: let `datasets` report it
+        return None
 
 
 def _split_base(split: str) -> str:

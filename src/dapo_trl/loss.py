@@ -131,6 +131,30 @@ def window_token_counts(
     return counts
 
 
+def exact_normalizer_applies(
+    *, steps_per_generation: int, num_iterations: int, gradient_accumulation_steps: int
+) -> bool:
+    """
+    Whether [`window_token_counts`] can give every micro-step its optimizer step's exact token count.
+
+    It can when each optimizer step lies inside one generation cycle (`steps_per_generation * num_iterations` a
+    multiple of `gradient_accumulation_steps`): the cycle is generated before its first micro-step. Otherwise (for
+    instance `steps_per_generation < gradient_accumulation_steps`, generating once per micro-batch to save memory) a
+    step spans several generation batches, and its first micro-batch is back-propagated before the later ones exist,
+    so its token count is not known in time; the trainer then keeps TRL's normaliser, a token mean per generation batch.
+
+    Example:
+    ```python
+    >>> exact_normalizer_applies(steps_per_generation=4, num_iterations=1, gradient_accumulation_steps=2)
+    True
+    >>> exact_normalizer_applies(steps_per_generation=1, num_iterations=1, gradient_accumulation_steps=4)
+    False
+
+    ```
+    """
+    return (steps_per_generation * num_iterations) % gradient_accumulation_steps == 0
+
+
 def trl_num_items_for_exact_normalizer(
     window_tokens: float, *, steps_per_generation: int, gradient_accumulation_steps: int
 ) -> float:

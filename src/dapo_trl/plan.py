@@ -81,11 +81,6 @@ class BatchPlan:
                 f"{self.completions_per_rollout} completions per rollout step is not a multiple of num_generations "
                 f"({self.num_generations}): TRL refuses it"
             )
-        if (self.steps_per_generation * self.num_iterations) % self.gradient_accumulation_steps:
-            out.append(
-                "steps_per_generation * num_iterations is not a multiple of gradient_accumulation_steps: an optimizer "
-                "update would span two rollout steps (DAPOConfig refuses it with loss_type='dapo')"
-            )
         return out
 
 
