@@ -3,9 +3,12 @@ one-screen end-of-run summary."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_callback import ProgressCallback, TrainerCallback
+
+logger = logging.getLogger(__name__)
 
 # (logged metric, short label on the bar)
 BAR_METRICS: tuple[tuple[str, str], ...] = (
@@ -64,3 +67,24 @@ def format_summary(title: str, rows: list[tuple[str, str]], log_history: list[di
         rows = [*rows, ("last logged", " | ".join(logged))]
     lines = ["", "=" * width, title, "-" * width, *(f"{name:<20}{value}" for name, value in rows), "=" * width]
     return "\n".join(lines)
+
+
+class DefaultsNoticeCallback(TrainerCallback):
+    """
+    When training starts, logs once on the main process which DAPOConfig defaults that differ from GRPOConfig's the
+    run is using ([`~dapo_trl.dapo_config.defaults_notice`]): after `from dapo_trl import DAPOConfig as GRPOConfig`
+    a script's batch, warm-up and clipping change without a line of it changing.
+    """
+
+    def __init__(self) -> None:
+        self.shown = False
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from .dapo_config import defaults_notice
+
+        if self.shown or not state.is_world_process_zero:
+            return
+        self.shown = True
+        notice = defaults_notice(args)
+        if notice:
+            logger.warning(notice)

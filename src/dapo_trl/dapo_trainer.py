@@ -41,6 +41,7 @@ from ._dataset_checks import (
 )
 from ._dynamic_sampling import DynamicSamplingMixin
 from .advantages import compute_advantages
+from .console import DefaultsNoticeCallback
 from .dapo_config import DAPOConfig
 from .diagnostics import add_diagnostics
 from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_normalizer, window_token_counts
@@ -158,6 +159,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._check_prompt_lengths(prompts)
         if self.args.diagnostics:
             add_diagnostics(self)
+        self.add_callback(DefaultsNoticeCallback())
 
     # ------------------------------------------------------------------ set-up
 
