@@ -1,14 +1,15 @@
 """Train a causal LM to answer math problems with DAPO (arXiv 2503.14476).
 
-With no arguments it runs the embedded CPU demo: a tiny model and tokenizer built locally (nothing is downloaded), a
-synthetic arithmetic task in the DAPO answer format, a short supervised warm-up until sampled accuracy is mixed, then
-the full DAPO recipe. Everything else comes from a YAML (`--config`) or the command line: every `ScriptArguments`,
-`DAPOConfig` and `ModelConfig` field is a flag.
+Without `--config`, `--model_name_or_path` or `--dataset_name` it runs the CPU demo of `configs/cpu_demo.yaml`, its
+default `--config` (any flag overrides one of its values: `--max_steps 2` is the demo for two steps): a tiny model and
+tokenizer built locally (nothing is downloaded), a synthetic arithmetic task in the DAPO answer format, a short
+supervised warm-up until sampled accuracy is mixed, then the full DAPO recipe. Everything else comes from a YAML
+(`--config`) or the command line: every `ScriptArguments`, `DAPOConfig` and `ModelConfig` field is a flag.
 
 Launch:
 ```
-accelerate launch examples/train_math.py                                              # CPU demo (embedded default)
-accelerate launch examples/train_math.py --config configs/cpu_demo.yaml               # the same, from YAML
+accelerate launch examples/train_math.py                                              # CPU demo (its default config)
+accelerate launch examples/train_math.py --config configs/cpu_demo.yaml               # the same, named
 accelerate launch examples/train_math.py --config configs/smoke.yaml                  # seconds, for a quick check
 # the batch a recipe trains on 64 processes, without loading anything
 python examples/train_math.py --config configs/dapo_qwen2.5_32b.yaml --print_plan --num_processes 64
@@ -36,7 +37,6 @@ tiny model (1e-6 would not move it).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import logging
@@ -45,14 +45,16 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
+from dapo_trl._cli import print_plan, wants_plan, with_default_config
 from dapo_trl.console import format_summary
 from dapo_trl.diagnostics import fired_diagnoses
-from dapo_trl.plan import batch_plan, format_plan, recipe_advice
+from dapo_trl.plan import batch_plan, recipe_advice
 from dapo_trl.plotting import plot_training_curves, save_log_history
 from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
 
@@ -113,47 +115,10 @@ class MathScriptArguments(ScriptArguments):
     demo_eval_samples: int = field(default=4, metadata={"help": "Demo: samples per held-out problem."})
 
 
-# The embedded CPU default (configs/cpu_demo.yaml holds the same values).
-CPU_DEMO: dict = {
-    "output_dir": "outputs/cpu-demo",
-    "use_cpu": True,
-    "bf16": False,
-    "activation_checkpointing": False,
-    "ddp_find_unused_parameters": False,
-    "report_to": "none",
-    "seed": 0,
-    "logging_steps": 10,
-    "save_strategy": "no",
-    "log_completions": False,
-    # rollout: 32 prompts x 8 samples per generation batch, 4 updates of 64 rows each
-    "max_steps": 300,
-    "num_generations": 8,
-    "per_device_train_batch_size": 64,
-    "gradient_accumulation_steps": 1,
-    "steps_per_generation": 4,  # > gradient_accumulation_steps: the ratio moves, so clip-higher acts
-    "recipe_num_processes": 1,
-    "recipe_prompts_per_rollout": 32,
-    "recipe_completions_per_update": 64,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "max_completion_length": 28,  # the longest well-formed completion is 21 tokens
-    "overlong_buffer_len": 7,
-    "overlong_penalty_factor": 1.0,
-    "epsilon": 0.2,
-    "epsilon_high": 0.28,
-    "beta": 0.0,
-    "loss_type": "dapo",
-    "dynamic_sampling": True,
-    "dynamic_sampling_max_rounds": 4,
-    "dynamic_sampling_on_exhausted": "train",
-    "learning_rate": 1e-4,
-    "lr_scheduler_type": "constant",
-    "warmup_steps": 0,
-    "demo_train_size": 20000,
-    "demo_test_size": 256,
-    "demo_sft_steps": 1200,
-    "demo_eval_samples": 8,
-}
+# The default `--config`: with no --config, --model_name_or_path or --dataset_name, the CPU demo runs from this YAML,
+# and any other flag overrides one of its values (`--max_steps 2` trains the demo for two steps).
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cpu_demo.yaml"
+REAL_RUN_FLAGS = ("--model_name_or_path", "--dataset_name")
 
 # What the README promises in the demo's run folder besides the model and tokenizer (a test checks the README names
 # exactly these, and the demo fails if one is missing at the end).
@@ -193,30 +158,28 @@ def build_parser() -> TrlParser:
 
 
 def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
+    """The run's `(MathScriptArguments, DAPOConfig, ModelConfig)`: configs/cpu_demo.yaml unless `--config` or a model
+    or dataset is given, then the flags over it."""
     parser = parser or build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv:
-        return parser.parse_dict(CPU_DEMO)
-    if _wants_plan(argv):
+    argv = effective_argv(sys.argv[1:] if argv is None else argv)
+    if wants_plan(argv):
         # The plan does not depend on the device: build the config as on a CPU so that it parses on any machine.
         argv += ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
     return parser.parse_args_and_config(argv)
 
 
-def _wants_plan(argv: list[str]) -> bool:
-    from transformers.hf_argparser import string_to_bool
-
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--print_plan", type=string_to_bool, nargs="?", const=True, default=False)
-    return bool(pre.parse_known_args(argv)[0].print_plan)
+def effective_argv(argv: list[str]) -> list[str]:
+    """`argv` with the demo's `--config` in front when it names no config, model or dataset."""
+    return with_default_config(argv, DEMO_CONFIG, unless=REAL_RUN_FLAGS)
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = build_parser()
+    argv = effective_argv(sys.argv[1:] if argv is None else argv)
+    if wants_plan(argv):
+        return print_plan(parser, argv, MathScriptArguments)
     script_args, training_args, model_args = parse_args(argv, parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if script_args.print_plan:
-        return print_plan(script_args, training_args)
     demo = script_args.dataset_name is None and model_args.model_name_or_path is None
     if not demo:
         check_paths(parser, script_args, model_args)
@@ -244,14 +207,6 @@ def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args:
 
 
 # ------------------------------------------------------------------------------------------------------- batch plan
-
-
-def print_plan(script_args: MathScriptArguments, training_args: DAPOConfig) -> dict:
-    processes = script_args.num_processes or training_args.world_size
-    plan = batch_plan(training_args, processes)
-    if training_args.process_index == 0:
-        print(format_plan(plan, recipe=_recipe_plan(script_args)))
-    return {"plan": plan}
 
 
 def warn_if_plan_differs(script_args: MathScriptArguments, training_args: DAPOConfig) -> None:
