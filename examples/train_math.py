@@ -66,6 +66,15 @@ class MathScriptArguments(ScriptArguments):
     """Data, evaluation and planning settings. Without `dataset_name` and `model_name_or_path`, the CPU demo runs."""
 
     dataset_name: str | None = field(default=None, metadata={"help": "Hub id or local file of the training set."})
+    dataset_format: str = field(
+        default="auto",
+        metadata={
+            "help": "Where prompt and answer come from, and whether the DAPO template wraps the prompt: 'auto' (the "
+            "columns decide), 'dapo_math', 'problem', 'question', 'gsm8k', 'math' or 'columns' (see "
+            "dapo_trl.data.load_math_dataset).",
+            "choices": ("auto", "dapo_math", "problem", "question", "gsm8k", "math", "columns"),
+        },
+    )
     prompt_column: str | None = field(default=None, metadata={"help": "Prompt/problem column (format default)."})
     answer_column: str | None = field(default=None, metadata={"help": "Answer column; dotted paths read dicts."})
     conversational: bool = field(
@@ -336,6 +345,7 @@ def load_training_set(script_args: MathScriptArguments):
         script_args.dataset_name,
         split=script_args.dataset_train_split,
         config_name=script_args.dataset_config,
+        dataset_format=script_args.dataset_format,
         prompt_column=script_args.prompt_column,
         answer_column=script_args.answer_column,
         conversational=script_args.conversational,

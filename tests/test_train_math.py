@@ -53,6 +53,16 @@ def test_flags_override_the_demo_config_instead_of_replacing_it():
     assert training_args.max_steps == -1 and training_args.per_device_train_batch_size == 16
 
 
+def test_dataset_format_is_a_flag_and_reaches_the_loader(monkeypatch):
+    """The loader's errors advise --dataset_format: the script must have it and pass it on."""
+    seen = {}
+    monkeypatch.setattr("dapo_trl.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
+    argv = ["--model_name_or_path", "m", "--dataset_name", "d.jsonl", "--dataset_format", "question"]
+    script_args, _, _ = train_math.parse_args([*argv, "--use_cpu", "true", "--bf16", "false"])
+    train_math.load_training_set(script_args)
+    assert seen["dataset_format"] == "question"
+
+
 @pytest.mark.integration
 def test_demo_with_a_flag_trains_on_cpu_with_the_demo_values(tmp_path, monkeypatch):
     seen = {}
