@@ -43,7 +43,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from trl.rewards import think_format_reward
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice
-from dapo_trl._cli import print_plan, wants_plan, with_default_config
+from dapo_trl._cli import parse_or_exit, print_plan, wants_plan, with_default_config
 from dapo_trl.choice import gold_choice, load_choice_dataset
 from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plotting import plot_training_curves, save_log_history
@@ -115,7 +115,7 @@ def effective_argv(argv: list[str]) -> list[str]:
 
 def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
     parser = parser or build_parser()
-    return parser.parse_args_and_config(effective_argv(sys.argv[1:] if argv is None else argv))
+    return parse_or_exit(parser, effective_argv(sys.argv[1:] if argv is None else argv))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -127,7 +127,10 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if script_args.instruction is None:  # the demo's tiny model has a 128-token context: no instruction paragraph
         script_args.instruction = INSTRUCTION if model_args.model_name_or_path else ""
-    train_set, eval_set = load_data(script_args)
+    try:
+        train_set, eval_set = load_data(script_args)
+    except (ValueError, FileNotFoundError) as error:  # data that cannot be read as asked: one line, exit code 2
+        parser.error(str(error))
     if model_args.model_name_or_path is None:
         return run_demo(script_args, training_args, train_set, eval_set)
     return run_real(script_args, training_args, model_args, train_set, eval_set)

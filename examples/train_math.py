@@ -51,7 +51,7 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
-from dapo_trl._cli import print_plan, wants_plan, with_default_config
+from dapo_trl._cli import parse_or_exit, print_plan, wants_plan, with_default_config
 from dapo_trl.console import format_summary
 from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plan import batch_plan, recipe_advice
@@ -174,7 +174,7 @@ def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
     if wants_plan(argv):
         # The plan does not depend on the device: build the config as on a CPU so that it parses on any machine.
         argv += ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
-    return parser.parse_args_and_config(argv)
+    return parse_or_exit(parser, argv)
 
 
 def effective_argv(argv: list[str]) -> list[str]:
@@ -195,7 +195,11 @@ def main(argv: list[str] | None = None) -> dict:
     warn_if_plan_differs(script_args, training_args)
     if demo:
         return run_demo(script_args, training_args)
-    return run_real(script_args, training_args, model_args)
+    try:
+        train_set = load_training_set(script_args)
+    except (ValueError, FileNotFoundError) as error:  # data that cannot be read as asked: one line, exit code 2
+        parser.error(f"--dataset_name {script_args.dataset_name}: {error}")
+    return run_real(script_args, training_args, model_args, train_set)
 
 
 def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args: ModelConfig) -> None:
@@ -366,7 +370,9 @@ def build_reward(script_args: MathScriptArguments) -> MathVerifierReward:
         ) from None
 
 
-def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig) -> dict:
+def run_real(
+    script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig, train_set=None
+) -> dict:
     from dapo_trl.data import load_math_dataset
     from dapo_trl.evaluation import _verifier_functions, evaluate
 
@@ -387,7 +393,7 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
         model=model_args.model_name_or_path,
         reward_funcs=reward,
         args=training_args,
-        train_dataset=load_training_set(script_args),
+        train_dataset=load_training_set(script_args) if train_set is None else train_set,
         peft_config=get_peft_config(model_args),
     )
     use_console(trainer, script_args, demo=False)

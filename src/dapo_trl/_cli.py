@@ -157,6 +157,23 @@ def with_default_config(argv: Sequence[str], default: str | os.PathLike, *, unle
     return ["--config", str(default), *argv]
 
 
+def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
+    """
+    [`~trl.TrlParser.parse_args_and_config`], with a bad config (missing file, unknown keys, values a dataclass
+    refuses) ending in one line and exit code 2 instead of a traceback.
+    """
+    import yaml
+
+    try:
+        return parser.parse_args_and_config(list(argv))
+    except (ValueError, OSError, yaml.YAMLError) as error:
+        parser.error(_one_line(error))
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def parse_values(parser: Any, argv: Sequence[str]) -> argparse.Namespace:
     """
     Every field's value from `--config` and the command line (command line last), as [`~trl.TrlParser`] reads them,
