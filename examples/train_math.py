@@ -84,6 +84,17 @@ class MathScriptArguments(ScriptArguments):
         },
     )
     system_prompt: str | None = field(default=None, metadata={"help": "System message before each prompt."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "open-r1's reward names, for its recipes: 'accuracy' (MathVerifierReward), 'format' (TRL's "
+            "think_format_reward), 'repetition_penalty' (TRL's), 'soft_overlong_punishment' (DAPOConfig's overlong "
+            "shaping, built in). Default: accuracy only."
+        },
+    )
+    dataset_prompt_column: str | None = field(
+        default=None, metadata={"help": "open-r1's name of --prompt_column (used when that is not set)."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
     reward_rule: str = field(
         default="equivalence",
@@ -190,16 +201,20 @@ def main(argv: list[str] | None = None) -> dict:
     script_args, training_args, model_args = parse_args(argv, parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     demo = script_args.dataset_name is None and model_args.model_name_or_path is None
+    try:
+        rewards = build_rewards(script_args, training_args)  # names checked before anything loads
+    except ValueError as error:
+        parser.error(str(error))
     if not demo:
         check_paths(parser, script_args, model_args)
     warn_if_plan_differs(script_args, training_args)
     if demo:
-        return run_demo(script_args, training_args)
+        return run_demo(script_args, training_args, rewards=rewards)
     try:
         train_set = load_training_set(script_args)
     except (ValueError, FileNotFoundError) as error:  # data that cannot be read as asked: one line, exit code 2
         parser.error(f"--dataset_name {script_args.dataset_name}: {error}")
-    return run_real(script_args, training_args, model_args, train_set)
+    return run_real(script_args, training_args, model_args, train_set, rewards=rewards)
 
 
 def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args: ModelConfig) -> None:
@@ -239,7 +254,7 @@ def _recipe_plan(script_args: MathScriptArguments) -> dict:
 # --------------------------------------------------------------------------------------------------------- CPU demo
 
 
-def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dict:
+def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rewards: list | None = None) -> dict:
     from dapo_trl.evaluation import _verifier_functions
     from dapo_trl.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
 
@@ -280,7 +295,7 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
 
     warmup_sft(model, tokenizer, train_set, steps=script_args.demo_sft_steps, seed=training_args.seed)
     warmup_seconds = time.perf_counter() - started
-    reward = build_reward(script_args)
+    reward = rewards or build_rewards(script_args, training_args)
     settings = record.evaluation
     measure = dict(
         num_samples=settings.k,
@@ -350,12 +365,61 @@ def load_training_set(script_args: MathScriptArguments):
         split=script_args.dataset_train_split,
         config_name=script_args.dataset_config,
         dataset_format=script_args.dataset_format,
-        prompt_column=script_args.prompt_column,
+        prompt_column=script_args.prompt_column or script_args.dataset_prompt_column,
         answer_column=script_args.answer_column,
         conversational=script_args.conversational,
         system_prompt=script_args.system_prompt,
         max_samples=script_args.max_train_samples,
     )
+
+
+# open-r1's `reward_funcs` names of the rewards this library or TRL ships, and what each one becomes here.
+OPEN_R1_REWARDS = {
+    "accuracy": "MathVerifierReward (DAPO's +1/-1 correctness of the final answer)",
+    "format": "trl.rewards.think_format_reward (1 when the completion opens with a <think>...</think> block)",
+    "repetition_penalty": "trl.rewards.get_repetition_penalty_reward(ngram_size=3, max_penalty=-1.0)",
+    "soft_overlong_punishment": "DAPOConfig's overlong shaping (Eq. 13), applied by the trainer, not a reward column",
+}
+
+
+def build_rewards(script_args: MathScriptArguments, training_args: DAPOConfig) -> list:
+    """
+    The reward functions of a run: `MathVerifierReward` alone, or open-r1's `reward_funcs` names mapped to this
+    library's and TRL's rewards ([`OPEN_R1_REWARDS`]); an unknown name is refused with the list of known ones.
+    `reward_weights` follow the names, less the one of `soft_overlong_punishment` (built into the trainer).
+    """
+    from trl.rewards import get_repetition_penalty_reward, think_format_reward
+
+    names = script_args.reward_funcs or ["accuracy"]
+    unknown = [name for name in names if name not in OPEN_R1_REWARDS]
+    if unknown:
+        raise ValueError(
+            f"reward_funcs {unknown}: not a reward this library or TRL ships; known names: {list(OPEN_R1_REWARDS)}. "
+            "Train with your own reward through DAPOTrainer(reward_funcs=...) (see examples/custom_trainer.py)."
+        )
+    if names == ["soft_overlong_punishment"]:
+        raise ValueError("reward_funcs names only soft_overlong_punishment, a shaping term: add a reward (accuracy).")
+    if len(set(names)) != len(names):
+        raise ValueError(f"reward_funcs {names} names a reward twice.")
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(names):
+        raise ValueError(f"reward_weights has {len(weights)} values for the {len(names)} reward_funcs {names}.")
+    if "soft_overlong_punishment" in names:
+        if not training_args.overlong_shaping:
+            raise ValueError(
+                "reward_funcs names soft_overlong_punishment, which is DAPOConfig's overlong shaping: set "
+                "overlong_shaping true (or drop the name)."
+            )
+        if weights is not None:  # the trainer sees one weight per reward column
+            training_args.reward_weights = [w for n, w in zip(names, weights) if n != "soft_overlong_punishment"]
+    make = {
+        "accuracy": lambda: build_reward(script_args),
+        "format": lambda: think_format_reward,
+        "repetition_penalty": lambda: get_repetition_penalty_reward(ngram_size=3, max_penalty=-1.0),
+    }
+    if script_args.reward_funcs and training_args.process_index == 0:
+        logger.info("reward_funcs: " + "; ".join(f"{name} -> {OPEN_R1_REWARDS[name]}" for name in names))
+    return [make[name]() for name in names if name in make]
 
 
 def build_reward(script_args: MathScriptArguments) -> MathVerifierReward:
@@ -371,7 +435,12 @@ def build_reward(script_args: MathScriptArguments) -> MathVerifierReward:
 
 
 def run_real(
-    script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig, train_set=None
+    script_args: MathScriptArguments,
+    training_args: DAPOConfig,
+    model_args: ModelConfig,
+    train_set=None,
+    *,
+    rewards: list | None = None,
 ) -> dict:
     from dapo_trl.data import load_math_dataset
     from dapo_trl.evaluation import _verifier_functions, evaluate
@@ -388,7 +457,7 @@ def run_real(
     record = make_run_record(script_args, training_args)
     if training_args.process_index == 0:
         write_run_record(training_args.output_dir, record)
-    reward = build_reward(script_args)
+    reward = rewards or build_rewards(script_args, training_args)
     trainer = DAPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=reward,

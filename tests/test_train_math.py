@@ -68,10 +68,10 @@ def test_demo_with_a_flag_trains_on_cpu_with_the_demo_values(tmp_path, monkeypat
     seen = {}
     original = train_math.run_demo
 
-    def spy(script_args, training_args):
+    def spy(script_args, training_args, **kwargs):
         seen.update(script=script_args, training=training_args)
         script_args.demo_train_size, script_args.demo_test_size, script_args.demo_eval_samples = 200, 8, 1
-        return original(script_args, training_args)
+        return original(script_args, training_args, **kwargs)
 
     monkeypatch.setattr(train_math, "run_demo", spy)
     summary = train_math.main(["--max_steps", "2", "--demo_sft_steps", "5", "--output_dir", str(tmp_path)])
@@ -430,3 +430,47 @@ def test_summary_lists_the_diagnoses_that_fired():
     assert ("  step 29", "entropy_collapse: token entropy fell 0.7 -> 0.3") in rows
     rows = train_math.summary_rows({"task": "t", "optimizer_steps": 30, "diagnoses": []}, "out")
     assert ("diagnoses fired", "0") in rows
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# open-r1 recipes
+# ---------------------------------------------------------------------------------------------------------------------
+
+OPEN_R1 = ROOT / "tests" / "data" / "open_r1_grpo.yaml"
+ON_CPU = ["--use_cpu", "true", "--bf16", "false", "--push_to_hub", "false"]
+
+
+def test_an_open_r1_recipe_loads_with_its_reward_funcs(tmp_path, monkeypatch):
+    script_args, training_args, _ = train_math.parse_args(["--config", str(OPEN_R1), *ON_CPU])
+    assert script_args.reward_funcs == ["accuracy", "format"]
+    rewards = train_math.build_rewards(script_args, training_args)
+    assert [getattr(f, "__name__", None) for f in rewards] == ["math_verifier", "think_format_reward"]
+    assert training_args.reward_weights == [1.0, 1.0]
+    seen = {}
+    monkeypatch.setattr("dapo_trl.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
+    train_math.load_training_set(script_args)
+    assert seen["prompt_column"] == "problem"  # open-r1's dataset_prompt_column
+
+
+def test_open_r1_reward_names_map_or_are_refused_by_name(tmp_path, capsys):
+    script_args, training_args, _ = train_math.parse_args(
+        ["--config", str(OPEN_R1), *ON_CPU, "--reward_funcs", "accuracy", "soft_overlong_punishment",
+         "repetition_penalty", "--reward_weights", "1.0", "0.5", "0.2"]
+    )  # fmt: skip
+    rewards = train_math.build_rewards(script_args, training_args)
+    assert [f.__name__ for f in rewards] == ["math_verifier", "repetition_penalty_reward"]
+    assert training_args.reward_weights == [1.0, 0.2]  # the shaping term is the trainer's, not a reward column
+    recipe = yaml.safe_load(OPEN_R1.read_text())
+    recipe.update(reward_funcs=["accuracy", "format", "tag_count"], reward_weights=[1.0, 1.0, 1.0])
+    path = tmp_path / "open_r1_tag_count.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(SystemExit) as stop:
+        train_math.main(["--config", str(path), *ON_CPU, "--output_dir", str(tmp_path / "run")])
+    error = capsys.readouterr().err
+    assert stop.value.code == 2 and "tag_count" in error and "accuracy" in error and "repetition_penalty" in error
+
+
+def test_an_open_r1_recipe_plans_on_its_process_count(capsys):
+    result = train_math.main(["--config", str(OPEN_R1), "--print_plan", "--num_processes", "7"])
+    assert result["plan"].completions_per_rollout == 16 * 4 * 7
+    assert "28 prompts x 16 samples = 448 completions" in capsys.readouterr().out
