@@ -43,7 +43,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from trl.rewards import think_format_reward
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice
-from dapo_trl._cli import parse_or_exit, print_plan, wants_plan, with_default_config
+from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
 from dapo_trl.choice import gold_choice, load_choice_dataset
 from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plotting import plot_training_curves, save_log_history
@@ -192,7 +192,7 @@ def run_demo(script_args, training_args: DAPOConfig, train_set, eval_set) -> dic
         model=model, reward_funcs=rewards(), args=training_args, train_dataset=train_set, processing_class=tokenizer
     )
     rl_started = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     rl_seconds = time.perf_counter() - rl_started
     after = choice_accuracy(trainer.model, tokenizer, eval_set, script_args, training_args)
     summary = {
@@ -225,7 +225,7 @@ def run_real(script_args, training_args: DAPOConfig, model_args: ModelConfig, tr
         train_dataset=train_set,
         peft_config=get_peft_config(model_args),
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     summary: dict = {"task": script_args.dataset_name or "synthetic multiple-choice QA"}
     summary["optimizer_steps"] = trainer.state.global_step
     if eval_set is not None:

@@ -51,7 +51,7 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
-from dapo_trl._cli import parse_or_exit, print_plan, wants_plan, with_default_config
+from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
 from dapo_trl.console import format_summary
 from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plan import batch_plan, recipe_advice
@@ -318,7 +318,7 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rew
     )
     use_console(trainer, script_args, demo=True)
     rl_started = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     rl_seconds = time.perf_counter() - rl_started
     after = accuracy_report(trainer.model, tokenizer, test_set, **measure)
 
@@ -466,7 +466,7 @@ def run_real(
         peft_config=get_peft_config(model_args),
     )
     use_console(trainer, script_args, demo=False)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     summary: dict = {"task": script_args.dataset_name, "optimizer_steps": trainer.state.global_step}
     if script_args.eval_dataset_name:
         eval_set = load_math_dataset(

@@ -140,6 +140,16 @@ def _in_hub_cache(repo_id: str, filename: str, *, repo_type: str) -> bool:
     return isinstance(found, str)
 
 
+def resume_argument(value: str | bool | None) -> str | bool | None:
+    """
+    `--resume_from_checkpoint` as `Trainer.train` takes it: a checkpoint folder as given, `True` for `true` (the newest
+    complete checkpoint of `output_dir`, as in `DAPOTrainer.train`), `None` for an unset value or `false`.
+    """
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", ""):
+        return True if value.strip().lower() == "true" else None
+    return value or None
+
+
 def with_default_config(argv: Sequence[str], default: str | os.PathLike, *, unless: Sequence[str] = ()) -> list[str]:
     """
     `argv` with `--config default` in front when it names no `--config` and none of the flags `unless`.

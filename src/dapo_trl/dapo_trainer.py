@@ -46,7 +46,7 @@ from .dapo_config import DAPOConfig
 from .diagnostics import add_diagnostics
 from .loss import sequence_clip_flags, token_prob_sums, trl_num_items_for_exact_normalizer, window_token_counts
 from .overlong import OverlongPenalty, is_truncated
-from .preemption import PreemptionMixin
+from .preemption import FreshStartCallback, PreemptionMixin
 from .prompt_history import SkipPolicy
 from .prompt_source import DatasetPrompts, StreamPrompts
 from .reward_checks import check_reward_funcs, check_reward_output, checked_reward
@@ -160,6 +160,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if self.args.diagnostics:
             add_diagnostics(self)
         self.add_callback(DefaultsNoticeCallback())
+        self.add_callback(FreshStartCallback())
 
     # ------------------------------------------------------------------ set-up
 
