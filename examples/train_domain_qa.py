@@ -45,6 +45,7 @@ from trl.rewards import think_format_reward
 from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice
 from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
 from dapo_trl.choice import gold_choice, load_choice_dataset
+from dapo_trl.console import training_signal
 from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plotting import plot_training_curves, save_log_history
 
@@ -283,6 +284,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
     with open(os.path.join(out, "eval_summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=float)
     print(format_summary(trainer, summary))
+    print(training_signal(trainer.state.log_history))  # the last line: did the policy move at all?
 
 
 def format_summary(trainer: DAPOTrainer, summary: dict) -> str:

@@ -52,7 +52,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
 from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
-from dapo_trl.console import format_summary
+from dapo_trl.console import format_summary, training_signal
 from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plan import batch_plan, recipe_advice
 from dapo_trl.plotting import plot_training_curves, save_log_history
@@ -552,6 +552,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
     with open(os.path.join(out, "eval_summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=float)
     print(format_summary(f"dapo-trl: {summary['task']}", summary_rows(summary, out), trainer.state.log_history))
+    print(training_signal(trainer.state.log_history))  # the last line: did the policy move at all?
 
 
 def summary_rows(summary: dict, output_dir: str) -> list[tuple[str, str]]:

@@ -96,6 +96,7 @@ def test_the_demos_honour_resume_from_checkpoint(value, tmp_path, monkeypatch):
 
     monkeypatch.setattr(DAPOTrainer, "train", train)
     smoke = ["--config", str(ROOT / "configs" / "smoke.yaml"), "--output_dir", str(tmp_path / "math")]
+    smoke += ["--demo_sft_steps", "2"]
     with pytest.raises(Stop):
         train_math.main([*smoke, "--resume_from_checkpoint", value])
     qa = ["--output_dir", str(tmp_path / "qa"), "--demo_sft_steps", "2", "--max_train_samples", "64"]

@@ -233,16 +233,22 @@ def test_make_demo_installs_what_the_demo_needs():
 
 
 @pytest.mark.integration
-def test_demo_run_is_reproduced_by_the_evaluation_cli(tmp_path):
+def test_demo_run_is_reproduced_by_the_evaluation_cli(tmp_path, capsys):
     """
-    A short demo run (configs/smoke.yaml) writes its held-out set and run record; the evaluation command line given
-    only the folder and that file samples exactly the completions the run scored (same tokenizer, prompts, sampling),
-    so accuracy, lengths and missing answers agree to the last digit. ~15 s.
+    A short demo run (configs/smoke.yaml, the installation check) writes its held-out set and run record; the
+    evaluation command line given only the folder and that file samples exactly the completions the run scored (same
+    tokenizer, prompts, sampling), so accuracy, lengths and missing answers agree to the last digit. The check must
+    also show that training moved the model, in its last line. ~30 s.
     """
     from transformers import AutoTokenizer
 
     out = tmp_path / "demo"
     summary = train_math.main(["--config", str(ROOT / "configs" / "smoke.yaml"), "--output_dir", str(out)])
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last_line.startswith("training signal: informative groups in") and last_line.endswith("training works")
+    entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any(e.get("dynamic_sampling/informative_frac", 0) > 0 for e in entries)
+    assert any(e.get("grad_norm", 0) > 0 for e in entries)
     assert_outputs(out, demo=True)
     record = json.loads((out / "dapo_run.json").read_text())
     assert record["heldout"] == "heldout.jsonl" and record["evaluation"]["k"] == 2

@@ -343,6 +343,7 @@ class DynamicSamplingMixin:
             "groups_discarded": len(plan.discard),
             "groups_trained": len(plan.train),
             "underfilled": float(missing > 0),
+            "underfilled_steps": getattr(self, "_underfilled_steps", 0),  # so far: the warning is printed once
             "prompts_consumed": self._prompts.consumed,
             "reward_before_filter": self._mean_total_reward(torch.cat(step.rewards)) if step.rewards else math.nan,
             "reward_after_filter": self._mean_total_reward(batch["_rewards"][trained]),
@@ -434,7 +435,15 @@ class DynamicSamplingMixin:
         )
         if args.dynamic_sampling_on_exhausted == "raise":
             raise RuntimeError(message)
-        logger.warning(message + " Training on the groups collected; the rest of the batch is masked.")
+        # the same cause tends to recur every step: warn once, then count (dynamic_sampling/underfilled_steps)
+        self._underfilled_steps = getattr(self, "_underfilled_steps", 0) + 1
+        if self._underfilled_steps == 1:
+            logger.warning(
+                message + " Training on the groups collected; the rest of the batch is masked. Later underfilled "
+                "steps are not warned about again: dynamic_sampling/underfilled_steps counts them."
+            )
+        else:
+            logger.debug(message)
 
     # ------------------------------------------------------------------ completions table
 
