@@ -416,13 +416,16 @@ class DynamicSamplingMixin:
         args = self.args
         target = self._ds_target
         if step.rewards and torch.isnan(torch.cat(step.rewards)).all():
+            kind = "unscorable"
             cause = (
                 "No completion of this batch could be scored (every reward function returned None), so no refill "
                 "round was run; see the reward warning above."
             )
         elif step.generated == 0:
+            kind = "no_prompt"
             cause = "No prompt could be drawn from the training set (skip_prompt passed over a whole epoch)."
         else:
+            kind = "no_informative_group"
             cause = (
                 f"Of the {step.generated} prompt groups generated in {step.rounds} rounds, "
                 f"{step.all_correct / step.generated:.0%} were all-correct and {step.all_wrong / step.generated:.0%} "
@@ -435,12 +438,14 @@ class DynamicSamplingMixin:
         )
         if args.dynamic_sampling_on_exhausted == "raise":
             raise RuntimeError(message)
-        # the same cause tends to recur every step: warn once, then count (dynamic_sampling/underfilled_steps)
+        # the same cause tends to recur every step: warn once per cause, then count (dynamic_sampling/underfilled_steps)
         self._underfilled_steps = getattr(self, "_underfilled_steps", 0) + 1
-        if self._underfilled_steps == 1:
+        warned = self.__dict__.setdefault("_underfill_causes_warned", set())
+        if kind not in warned:
+            warned.add(kind)
             logger.warning(
                 message + " Training on the groups collected; the rest of the batch is masked. Later underfilled "
-                "steps are not warned about again: dynamic_sampling/underfilled_steps counts them."
+                "steps with this cause are not warned about again: dynamic_sampling/underfilled_steps counts them."
             )
         else:
             logger.debug(message)
