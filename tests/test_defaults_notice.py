@@ -77,3 +77,17 @@ def test_training_announces_the_dapo_defaults_once(tmp_path, caplog):
     assert len(notices) == 1
     assert "warmup_steps=20 (GRPOConfig: 0)" in notices[0].getMessage()
     assert "num_generations" not in notices[0].getMessage()
+
+
+def test_a_trainer_error_about_a_dapo_default_names_it(tmp_path):
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = make(output_dir=str(tmp_path), dynamic_sampling=False, steps_per_generation=4, max_steps=1)
+    with pytest.raises(ValueError) as error:
+        DAPOTrainer(
+            model=model,
+            reward_funcs=ScriptedReward(),
+            args=args,
+            train_dataset=scripted_dataset(n=2),
+            processing_class=tokenizer,
+        )
+    assert "num_generations=16 is DAPOConfig's default (GRPOConfig's is 8)" in str(error.value)

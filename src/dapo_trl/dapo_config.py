@@ -292,7 +292,7 @@ class DAPOConfig(GRPOConfig):
         except ValueError as error:
             # after the import swap a user reads "(16)" as their own value: say which defaults the error involves
             if error.args and isinstance(error.args[0], str):
-                error.args = (error.args[0] + _default_notes(error.args[0], self), *error.args[1:])
+                error.args = (error.args[0] + default_notes(error.args[0], self), *error.args[1:])
             raise
 
     def _check_clipping(self) -> None:
@@ -486,7 +486,11 @@ def defaults_notice(config: Any) -> str | None:
     return "; ".join(parts) + ". Set any of them to change it (this notice lists only values left at DAPO's default)."
 
 
-def _default_notes(message: str, config: Any) -> str:
+def default_notes(message: str, config: Any) -> str:
+    """
+    What to append to an error `message` about `config`: for each setting the message names that holds a DAPOConfig
+    default differing from GRPOConfig's, that it is DAPO's default and what TRL's is ("" when there is none).
+    """
     notes = [
         f"{name}={_show(dapo)} is DAPOConfig's default (GRPOConfig's is {_show(trl)})"
         for name, (dapo, trl) in inherited_defaults(config).items()
