@@ -675,10 +675,10 @@ def _smooth(values: Sequence[float], width: int) -> list[float]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI smoke: 1 seed, 3 variants, a few steps.")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of each variant.")
     parser.add_argument("--variants", nargs="+", help="Run only these variants (by name).")
     parser.add_argument("--jobs", type=int, default=2, help="Runs in parallel (one thread each).")
-    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--out-dir", default=str(RESULTS_DIR), help="Folder of the results (JSON, table, PNG).")
     parser.add_argument(
         "--stem", help="File name of the results, without extension (default: ablation; --quick: ablation_quick)."
     )
@@ -688,13 +688,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--target", type=float, help="Target gain of held-out accuracy over the warm-up (default: choose_target)."
     )
     # task
-    parser.add_argument("--train-size", type=int, default=20_000)
-    parser.add_argument("--test-size", type=int, default=256)
-    parser.add_argument("--level-weights", type=float, nargs=5, default=[0.2, 0.4, 0.4, 0.0, 0.0])
-    parser.add_argument("--work-prob", type=float, default=0.5)
-    parser.add_argument("--sft-steps", type=int, default=1200)
-    parser.add_argument("--sft-batch-size", type=int, default=32)
-    parser.add_argument("--sft-lr", type=float, default=3e-3)
+    parser.add_argument("--train-size", type=int, default=20_000, help="Synthetic training problems.")
+    parser.add_argument("--test-size", type=int, default=256, help="Held-out problems drawn.")
+    parser.add_argument(
+        "--level-weights",
+        type=float,
+        nargs=5,
+        default=[0.2, 0.4, 0.4, 0.0, 0.0],
+        help="Share of each difficulty level of the task.",
+    )
+    parser.add_argument("--work-prob", type=float, default=0.5, help="Share of warm-up targets that show work.")
+    parser.add_argument("--sft-steps", type=int, default=1200, help="Supervised warm-up steps.")
+    parser.add_argument("--sft-batch-size", type=int, default=32, help="Warm-up batch size.")
+    parser.add_argument("--sft-lr", type=float, default=3e-3, help="Warm-up learning rate.")
     # RL
     parser.add_argument("--budget-groups", type=int, default=1600, help="Prompt groups generated per run.")
     parser.add_argument(
@@ -704,14 +710,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "recur within the budget. Default: the whole training set.",
     )
     parser.add_argument("--eval-steps", type=int, default=12, help="Held-out accuracy every N optimizer steps.")
-    parser.add_argument("--eval-samples", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--num-generations", type=int, default=8)
+    parser.add_argument("--eval-samples", type=int, default=4, help="Samples per held-out problem.")
+    parser.add_argument("--lr", type=float, default=1e-4, help="RL learning rate.")
+    parser.add_argument("--num-generations", type=int, default=8, help="Group size G.")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="Prompt groups per optimizer step.")
     parser.add_argument("--updates-per-rollout", type=int, default=4, help="steps_per_generation.")
-    parser.add_argument("--max-completion-length", type=int, default=28)
-    parser.add_argument("--overlong-buffer-len", type=int, default=7)
-    parser.add_argument("--max-rounds", type=int, default=4)
+    parser.add_argument("--max-completion-length", type=int, default=28, help="Completion cap in tokens.")
+    parser.add_argument("--overlong-buffer-len", type=int, default=7, help="Soft overlong interval (Eq. 13).")
+    parser.add_argument("--max-rounds", type=int, default=4, help="dynamic_sampling_max_rounds.")
     args = parser.parse_args(argv)
     args.level_weights = tuple(args.level_weights)
     if args.quick:

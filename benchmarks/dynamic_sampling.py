@@ -619,7 +619,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--num-prompts", type=int, default=16384, help="Training prompts in the simulated dataset.")
     parser.add_argument("--drift", type=float, default=0.0, help="Logit gain of every pass rate over the run.")
     parser.add_argument("--processes", type=int, default=1, help="Processes (sets the round-size granularity).")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the simulation.")
     parser.add_argument("--z", type=float, default=None, help="RoundPlanner z (adaptive margin); default: its own.")
     parser.add_argument("--decay", type=float, default=None, help="RoundPlanner decay; default: its own.")
     parser.add_argument(

@@ -325,9 +325,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=16, help="Prompts (groups) per optimizer step.")
     parser.add_argument("--num-generations", type=int, default=8, help="Group size G.")
     parser.add_argument("--prompt-length", type=int, default=128, help="Prompt length in tokens.")
-    parser.add_argument("--max-completion-length", type=int, default=256)
+    parser.add_argument("--max-completion-length", type=int, default=256, help="Completion length in tokens.")
     parser.add_argument("--no-checkpointing", action="store_true", help="Turn activation checkpointing off.")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the model and data.")
     args = parser.parse_args(argv)
     if args.tiny:
         args.steps, args.warmup, args.prompts, args.num_generations = 2, 1, 4, 4

@@ -236,8 +236,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="One small batch of short completions (CI smoke test).")
     parser.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64, 128], help="Completions per batch.")
     parser.add_argument("--informative-every", type=int, nargs="+", default=[1, 3], help="One informative group in k.")
-    parser.add_argument("--num-generations", type=int, default=4)
-    parser.add_argument("--max-completion-length", type=int, default=256)
+    parser.add_argument("--num-generations", type=int, default=4, help="Completions per prompt (G).")
+    parser.add_argument("--max-completion-length", type=int, default=256, help="Completion length in tokens.")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.informative_every, args.max_completion_length = [8], [1, 3], 16

@@ -202,10 +202,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="Optimizer steps dropped at the start of every run.")
     parser.add_argument("--prompts", type=int, default=8, help="Prompts (groups) per optimizer step.")
     parser.add_argument("--num-generations", type=int, default=8, help="Group size G.")
-    parser.add_argument("--max-completion-length", type=int, default=16)
+    parser.add_argument("--max-completion-length", type=int, default=16, help="Completion cap in tokens.")
     parser.add_argument("--sft-steps", type=int, default=300, help="Supervised warm-up steps before RL (0: none).")
     parser.add_argument("--ds-max-rounds", type=int, default=10, help="dynamic_sampling_max_rounds (DS run only).")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the model and data.")
     args = parser.parse_args(argv)
     if args.quick:
         args.repetitions, args.steps, args.warmup, args.sft_steps, args.ds_max_rounds = 2, 3, 1, 0, 1

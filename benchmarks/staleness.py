@@ -152,8 +152,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=24, help="Optimizer steps.")
     parser.add_argument("--steps-per-generation", type=int, default=4, help="Updates per rollout (GA is 1).")
     parser.add_argument("--groups", type=int, default=4, help="Prompt groups of 8 completions per generation batch.")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Learning rate.")
+    parser.add_argument("--seed", type=int, default=0, help="Random seed.")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps = 8

@@ -322,7 +322,7 @@ def run_peer_suite(args) -> dict[str, list[bool]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, default=api.DEFAULT_NUM_WORKERS)
+    parser.add_argument("--workers", type=int, default=api.DEFAULT_NUM_WORKERS, help="verifier worker processes")
     parser.add_argument("--dapo-batch", type=int, default=8192, help="B x G completions in the DAPO-shaped batch")
     parser.add_argument("--latency-sample", type=int, default=1000, help="DAPO completions timed one at a time")
     parser.add_argument("--no-math-verify", action="store_true", help="skip the math-verify comparison")

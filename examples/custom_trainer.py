@@ -96,17 +96,25 @@ class CurriculumDAPOTrainer(DAPOTrainer):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from dapo_trl._cli import positive_int
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", default=None, help="Where checkpoints go (default: a temporary folder).")
-    parser.add_argument("--max-steps", type=int, default=12, help="Optimizer steps of DAPO training.")
+    parser.add_argument("--max-steps", type=positive_int, default=12, help="Optimizer steps of DAPO training.")
     parser.add_argument("--sft-steps", type=int, default=300, help="Supervised warm-up steps before DAPO.")
-    parser.add_argument("--num-prompts", type=int, default=32, help="Training prompts.")
-    parser.add_argument("--num-generations", type=int, default=8, help="Group size G.")
-    parser.add_argument("--groups-per-step", type=int, default=4, help="Informative groups per optimizer step.")
-    parser.add_argument("--retire-after", type=int, default=2, help="All-correct groups in a row to retire a prompt.")
+    parser.add_argument("--num-prompts", type=positive_int, default=32, help="Training prompts.")
+    parser.add_argument("--num-generations", type=positive_int, default=8, help="Group size G.")
+    parser.add_argument(
+        "--groups-per-step", type=positive_int, default=4, help="Informative groups per optimizer step."
+    )
+    parser.add_argument(
+        "--retire-after", type=positive_int, default=2, help="All-correct groups in a row to retire a prompt."
+    )
     parser.add_argument("--save-steps", type=int, default=0, help="Checkpoint every N steps (0: no checkpoints).")
-    parser.add_argument("--resume-from-checkpoint", default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--resume-from-checkpoint", default=None, help="A checkpoint folder of an earlier run to continue."
+    )
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the model, the data and sampling.")
     return parser.parse_args(argv)
 
 

@@ -5,11 +5,13 @@ A domain beyond math: the same recipe as `examples/train_math.py` with two rewar
 `trl.rewards.think_format_reward` (1 when the completion opens with a reasoning block, else 0). Each is logged on its
 own (`rewards/multiple_choice/mean`, `rewards/think_format_reward/mean`).
 
-With no arguments it runs the embedded CPU demo: a tiny model and character tokenizer built locally (nothing is
+Without `--config` or `--model_name_or_path` it runs the CPU demo of `configs/cpu_domain_qa.yaml` (its default
+`--config`; any flag overrides one of its values): a tiny model and character tokenizer built locally (nothing is
 downloaded), the shipped synthetic set `examples/data/pharma_mcq_{train,test}.jsonl` (which of ten conditions each of
 thirty made-up drugs treats, four or five options A-E), a short supervised warm-up that writes
 `<think>condition</think>\\nAnswer: X`, then DAPO. Everything else comes from a YAML (`--config`) or the command line:
-every `DomainQAScriptArguments`, `DAPOConfig` and `ModelConfig` field is a flag.
+every `DomainQAScriptArguments`, `DAPOConfig` and `ModelConfig` field is a flag, and `--print_plan` prints the batch
+plan of the settings in effect without loading anything.
 
 Your own data: a `.jsonl` file (or `.json`, `.csv`, `.parquet`, or a Hub id) with one question per row,
 ```
@@ -18,7 +20,8 @@ Your own data: a `.jsonl` file (or `.json`, `.csv`, `.parquet`, or a Hub id) wit
 `options` is a list of 2-5 texts in letter order (or a dict keyed by letter); `answer` is the correct letter or the
 correct option's text (see `dapo_trl.choice` for the format and for how answers are read). Launch:
 ```
-accelerate launch examples/train_domain_qa.py                                      # CPU demo (embedded default)
+accelerate launch examples/train_domain_qa.py                                      # CPU demo (its default config)
+accelerate launch examples/train_domain_qa.py --max_steps 20                       # the demo, 20 steps
 accelerate launch examples/train_domain_qa.py --model_name_or_path Qwen/Qwen2.5-1.5B-Instruct \\
     --dataset_name my_train.jsonl --eval_dataset_name my_test.jsonl --output_dir qwen-mcq \\
     --max_completion_length 1024 --use_vllm --vllm_mode colocate --bf16
@@ -40,7 +43,9 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from trl.rewards import think_format_reward
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice
+from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
 from dapo_trl.choice import gold_choice, load_choice_dataset
+from dapo_trl.console import training_signal
 from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plotting import plot_training_curves, save_log_history
 
@@ -77,57 +82,56 @@ class DomainQAScriptArguments(ScriptArguments):
     eval_max_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N questions."})
     eval_k: int = field(default=4, metadata={"help": "Sampled answers per held-out question."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Evaluation temperature."})
+    # Batch plan
+    print_plan: bool = field(default=False, metadata={"help": "Print the batch plan and exit; loads no model."})
+    num_processes: int | None = field(
+        default=None, metadata={"help": "With --print_plan: plan for N training processes (default: this launch's)."}
+    )
+    recipe_num_processes: int | None = field(default=None, metadata={"help": "Processes the recipe is written for."})
+    recipe_prompts_per_rollout: int | None = field(
+        default=None, metadata={"help": "The recipe's prompts per rollout step (shown by --print_plan)."}
+    )
+    recipe_completions_per_update: int | None = field(
+        default=None, metadata={"help": "The recipe's completions per optimizer update (shown by --print_plan)."}
+    )
     # CPU demo only
     demo_sft_steps: int = field(default=600, metadata={"help": "Demo: supervised warm-up steps."})
 
 
-# The embedded CPU default.
-CPU_DEMO: dict = {
-    "output_dir": "outputs/cpu-domain-qa",
-    "use_cpu": True,
-    "bf16": False,
-    "gradient_checkpointing": False,
-    "ddp_find_unused_parameters": False,
-    "report_to": "none",
-    "seed": 0,
-    "logging_steps": 10,
-    "save_strategy": "no",
-    "log_completions": False,
-    # rollout: 16 prompts x 8 samples per generation batch, 4 updates of 32 rows each
-    "max_steps": 200,
-    "num_generations": 8,
-    "per_device_train_batch_size": 32,
-    "gradient_accumulation_steps": 1,
-    "steps_per_generation": 4,
-    "max_completion_length": 40,  # the longest well-formed completion is 32 tokens
-    "overlong_buffer_len": 8,
-    "beta": 0.0,
-    "loss_type": "dapo",
-    "dynamic_sampling": True,
-    "dynamic_sampling_reward": "multiple_choice",  # filter on correctness, never on the format reward
-    "dynamic_sampling_max_rounds": 4,
-    "learning_rate": 1e-4,
-    "lr_scheduler_type": "constant",
-    "warmup_steps": 0,
-    "demo_sft_steps": 600,
-    "eval_k": 4,
-}
+# The default `--config` when neither --config nor --model_name_or_path is given: flags override its values.
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cpu_domain_qa.yaml"
+REAL_RUN_FLAGS = ("--model_name_or_path",)
 
 
-def parse_args(argv: list[str] | None = None):
+def build_parser() -> TrlParser:
     parser = TrlParser((DomainQAScriptArguments, DAPOConfig, ModelConfig))
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        return parser.parse_dict(CPU_DEMO)
-    return parser.parse_args_and_config(argv)
+    parser.usage = "%(prog)s [--config YAML] [--FIELD VALUE ...]   (--help lists every field)"
+    return parser
+
+
+def effective_argv(argv: list[str]) -> list[str]:
+    """`argv` with the demo's `--config` in front when it names no config and no model."""
+    return with_default_config(argv, DEMO_CONFIG, unless=REAL_RUN_FLAGS)
+
+
+def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
+    parser = parser or build_parser()
+    return parse_or_exit(parser, effective_argv(sys.argv[1:] if argv is None else argv))
 
 
 def main(argv: list[str] | None = None) -> dict:
-    script_args, training_args, model_args = parse_args(argv)
+    parser = build_parser()
+    argv = effective_argv(sys.argv[1:] if argv is None else argv)
+    if wants_plan(argv):
+        return print_plan(parser, argv, DomainQAScriptArguments)
+    script_args, training_args, model_args = parse_args(argv, parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if script_args.instruction is None:  # the demo's tiny model has a 128-token context: no instruction paragraph
         script_args.instruction = INSTRUCTION if model_args.model_name_or_path else ""
-    train_set, eval_set = load_data(script_args)
+    try:
+        train_set, eval_set = load_data(script_args)
+    except (ValueError, FileNotFoundError) as error:  # data that cannot be read as asked: one line, exit code 2
+        parser.error(str(error))
     if model_args.model_name_or_path is None:
         return run_demo(script_args, training_args, train_set, eval_set)
     return run_real(script_args, training_args, model_args, train_set, eval_set)
@@ -189,7 +193,7 @@ def run_demo(script_args, training_args: DAPOConfig, train_set, eval_set) -> dic
         model=model, reward_funcs=rewards(), args=training_args, train_dataset=train_set, processing_class=tokenizer
     )
     rl_started = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     rl_seconds = time.perf_counter() - rl_started
     after = choice_accuracy(trainer.model, tokenizer, eval_set, script_args, training_args)
     summary = {
@@ -222,7 +226,7 @@ def run_real(script_args, training_args: DAPOConfig, model_args: ModelConfig, tr
         train_dataset=train_set,
         peft_config=get_peft_config(model_args),
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     summary: dict = {"task": script_args.dataset_name or "synthetic multiple-choice QA"}
     summary["optimizer_steps"] = trainer.state.global_step
     if eval_set is not None:
@@ -280,6 +284,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
     with open(os.path.join(out, "eval_summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=float)
     print(format_summary(trainer, summary))
+    print(training_signal(trainer.state.log_history))  # the last line: did the policy move at all?
 
 
 def format_summary(trainer: DAPOTrainer, summary: dict) -> str:

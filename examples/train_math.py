@@ -1,14 +1,15 @@
 """Train a causal LM to answer math problems with DAPO (arXiv 2503.14476).
 
-With no arguments it runs the embedded CPU demo: a tiny model and tokenizer built locally (nothing is downloaded), a
-synthetic arithmetic task in the DAPO answer format, a short supervised warm-up until sampled accuracy is mixed, then
-the full DAPO recipe. Everything else comes from a YAML (`--config`) or the command line: every `ScriptArguments`,
-`DAPOConfig` and `ModelConfig` field is a flag.
+Without `--config`, `--model_name_or_path` or `--dataset_name` it runs the CPU demo of `configs/cpu_demo.yaml`, its
+default `--config` (any flag overrides one of its values: `--max_steps 2` is the demo for two steps): a tiny model and
+tokenizer built locally (nothing is downloaded), a synthetic arithmetic task in the DAPO answer format, a short
+supervised warm-up until sampled accuracy is mixed, then the full DAPO recipe. Everything else comes from a YAML
+(`--config`) or the command line: every `ScriptArguments`, `DAPOConfig` and `ModelConfig` field is a flag.
 
 Launch:
 ```
-accelerate launch examples/train_math.py                                              # CPU demo (embedded default)
-accelerate launch examples/train_math.py --config configs/cpu_demo.yaml               # the same, from YAML
+accelerate launch examples/train_math.py                                              # CPU demo (its default config)
+accelerate launch examples/train_math.py --config configs/cpu_demo.yaml               # the same, named
 accelerate launch examples/train_math.py --config configs/smoke.yaml                  # seconds, for a quick check
 # the batch a recipe trains on 64 processes, without loading anything
 python examples/train_math.py --config configs/dapo_qwen2.5_32b.yaml --print_plan --num_processes 64
@@ -36,7 +37,6 @@ tiny model (1e-6 would not move it).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import logging
@@ -45,14 +45,16 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
-from dapo_trl.console import format_summary
+from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
+from dapo_trl.console import format_summary, training_signal
 from dapo_trl.diagnostics import fired_diagnoses
-from dapo_trl.plan import batch_plan, format_plan, recipe_advice
+from dapo_trl.plan import batch_plan, recipe_advice
 from dapo_trl.plotting import plot_training_curves, save_log_history
 from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
 
@@ -64,6 +66,15 @@ class MathScriptArguments(ScriptArguments):
     """Data, evaluation and planning settings. Without `dataset_name` and `model_name_or_path`, the CPU demo runs."""
 
     dataset_name: str | None = field(default=None, metadata={"help": "Hub id or local file of the training set."})
+    dataset_format: str = field(
+        default="auto",
+        metadata={
+            "help": "Where prompt and answer come from, and whether the DAPO template wraps the prompt: 'auto' (the "
+            "columns decide), 'dapo_math', 'problem', 'question', 'gsm8k', 'math' or 'columns' (see "
+            "dapo_trl.data.load_math_dataset).",
+            "choices": ("auto", "dapo_math", "problem", "question", "gsm8k", "math", "columns"),
+        },
+    )
     prompt_column: str | None = field(default=None, metadata={"help": "Prompt/problem column (format default)."})
     answer_column: str | None = field(default=None, metadata={"help": "Answer column; dotted paths read dicts."})
     conversational: bool = field(
@@ -73,6 +84,17 @@ class MathScriptArguments(ScriptArguments):
         },
     )
     system_prompt: str | None = field(default=None, metadata={"help": "System message before each prompt."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "open-r1's reward names, for its recipes: 'accuracy' (MathVerifierReward), 'format' (TRL's "
+            "think_format_reward), 'repetition_penalty' (TRL's), 'soft_overlong_punishment' (DAPOConfig's overlong "
+            "shaping, built in). Default: accuracy only."
+        },
+    )
+    dataset_prompt_column: str | None = field(
+        default=None, metadata={"help": "open-r1's name of --prompt_column (used when that is not set)."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training rows."})
     reward_rule: str = field(
         default="equivalence",
@@ -113,47 +135,10 @@ class MathScriptArguments(ScriptArguments):
     demo_eval_samples: int = field(default=4, metadata={"help": "Demo: samples per held-out problem."})
 
 
-# The embedded CPU default (configs/cpu_demo.yaml holds the same values).
-CPU_DEMO: dict = {
-    "output_dir": "outputs/cpu-demo",
-    "use_cpu": True,
-    "bf16": False,
-    "activation_checkpointing": False,
-    "ddp_find_unused_parameters": False,
-    "report_to": "none",
-    "seed": 0,
-    "logging_steps": 10,
-    "save_strategy": "no",
-    "log_completions": False,
-    # rollout: 32 prompts x 8 samples per generation batch, 4 updates of 64 rows each
-    "max_steps": 300,
-    "num_generations": 8,
-    "per_device_train_batch_size": 64,
-    "gradient_accumulation_steps": 1,
-    "steps_per_generation": 4,  # > gradient_accumulation_steps: the ratio moves, so clip-higher acts
-    "recipe_num_processes": 1,
-    "recipe_prompts_per_rollout": 32,
-    "recipe_completions_per_update": 64,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "max_completion_length": 28,  # the longest well-formed completion is 21 tokens
-    "overlong_buffer_len": 7,
-    "overlong_penalty_factor": 1.0,
-    "epsilon": 0.2,
-    "epsilon_high": 0.28,
-    "beta": 0.0,
-    "loss_type": "dapo",
-    "dynamic_sampling": True,
-    "dynamic_sampling_max_rounds": 4,
-    "dynamic_sampling_on_exhausted": "train",
-    "learning_rate": 1e-4,
-    "lr_scheduler_type": "constant",
-    "warmup_steps": 0,
-    "demo_train_size": 20000,
-    "demo_test_size": 256,
-    "demo_sft_steps": 1200,
-    "demo_eval_samples": 8,
-}
+# The default `--config`: with no --config, --model_name_or_path or --dataset_name, the CPU demo runs from this YAML,
+# and any other flag overrides one of its values (`--max_steps 2` trains the demo for two steps).
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cpu_demo.yaml"
+REAL_RUN_FLAGS = ("--model_name_or_path", "--dataset_name")
 
 # What the README promises in the demo's run folder besides the model and tokenizer (a test checks the README names
 # exactly these, and the demo fails if one is missing at the end).
@@ -193,37 +178,43 @@ def build_parser() -> TrlParser:
 
 
 def parse_args(argv: list[str] | None = None, parser: TrlParser | None = None):
+    """The run's `(MathScriptArguments, DAPOConfig, ModelConfig)`: configs/cpu_demo.yaml unless `--config` or a model
+    or dataset is given, then the flags over it."""
     parser = parser or build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv:
-        return parser.parse_dict(CPU_DEMO)
-    if _wants_plan(argv):
+    argv = effective_argv(sys.argv[1:] if argv is None else argv)
+    if wants_plan(argv):
         # The plan does not depend on the device: build the config as on a CPU so that it parses on any machine.
         argv += ["--use_cpu", "true", "--bf16", "false", "--fp16", "false"]
-    return parser.parse_args_and_config(argv)
+    return parse_or_exit(parser, argv)
 
 
-def _wants_plan(argv: list[str]) -> bool:
-    from transformers.hf_argparser import string_to_bool
-
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--print_plan", type=string_to_bool, nargs="?", const=True, default=False)
-    return bool(pre.parse_known_args(argv)[0].print_plan)
+def effective_argv(argv: list[str]) -> list[str]:
+    """`argv` with the demo's `--config` in front when it names no config, model or dataset."""
+    return with_default_config(argv, DEMO_CONFIG, unless=REAL_RUN_FLAGS)
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = build_parser()
+    argv = effective_argv(sys.argv[1:] if argv is None else argv)
+    if wants_plan(argv):
+        return print_plan(parser, argv, MathScriptArguments)
     script_args, training_args, model_args = parse_args(argv, parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if script_args.print_plan:
-        return print_plan(script_args, training_args)
     demo = script_args.dataset_name is None and model_args.model_name_or_path is None
+    try:
+        rewards = build_rewards(script_args, training_args)  # names checked before anything loads
+    except ValueError as error:
+        parser.error(str(error))
     if not demo:
         check_paths(parser, script_args, model_args)
     warn_if_plan_differs(script_args, training_args)
     if demo:
-        return run_demo(script_args, training_args)
-    return run_real(script_args, training_args, model_args)
+        return run_demo(script_args, training_args, rewards=rewards)
+    try:
+        train_set = load_training_set(script_args)
+    except (ValueError, FileNotFoundError) as error:  # data that cannot be read as asked: one line, exit code 2
+        parser.error(f"--dataset_name {script_args.dataset_name}: {error}")
+    return run_real(script_args, training_args, model_args, train_set, rewards=rewards)
 
 
 def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args: ModelConfig) -> None:
@@ -246,14 +237,6 @@ def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args:
 # ------------------------------------------------------------------------------------------------------- batch plan
 
 
-def print_plan(script_args: MathScriptArguments, training_args: DAPOConfig) -> dict:
-    processes = script_args.num_processes or training_args.world_size
-    plan = batch_plan(training_args, processes)
-    if training_args.process_index == 0:
-        print(format_plan(plan, recipe=_recipe_plan(script_args)))
-    return {"plan": plan}
-
-
 def warn_if_plan_differs(script_args: MathScriptArguments, training_args: DAPOConfig) -> None:
     advice = recipe_advice(batch_plan(training_args, training_args.world_size), **_recipe_plan(script_args))
     if advice and training_args.process_index == 0:
@@ -271,7 +254,7 @@ def _recipe_plan(script_args: MathScriptArguments) -> dict:
 # --------------------------------------------------------------------------------------------------------- CPU demo
 
 
-def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dict:
+def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rewards: list | None = None) -> dict:
     from dapo_trl.evaluation import _verifier_functions
     from dapo_trl.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
 
@@ -312,7 +295,7 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
 
     warmup_sft(model, tokenizer, train_set, steps=script_args.demo_sft_steps, seed=training_args.seed)
     warmup_seconds = time.perf_counter() - started
-    reward = build_reward(script_args)
+    reward = rewards or build_rewards(script_args, training_args)
     settings = record.evaluation
     measure = dict(
         num_samples=settings.k,
@@ -335,7 +318,7 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig) -> dic
     )
     use_console(trainer, script_args, demo=True)
     rl_started = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     rl_seconds = time.perf_counter() - rl_started
     after = accuracy_report(trainer.model, tokenizer, test_set, **measure)
 
@@ -381,12 +364,62 @@ def load_training_set(script_args: MathScriptArguments):
         script_args.dataset_name,
         split=script_args.dataset_train_split,
         config_name=script_args.dataset_config,
-        prompt_column=script_args.prompt_column,
+        dataset_format=script_args.dataset_format,
+        prompt_column=script_args.prompt_column or script_args.dataset_prompt_column,
         answer_column=script_args.answer_column,
         conversational=script_args.conversational,
         system_prompt=script_args.system_prompt,
         max_samples=script_args.max_train_samples,
     )
+
+
+# open-r1's `reward_funcs` names of the rewards this library or TRL ships, and what each one becomes here.
+OPEN_R1_REWARDS = {
+    "accuracy": "MathVerifierReward (DAPO's +1/-1 correctness of the final answer)",
+    "format": "trl.rewards.think_format_reward (1 when the completion opens with a <think>...</think> block)",
+    "repetition_penalty": "trl.rewards.get_repetition_penalty_reward(ngram_size=3, max_penalty=-1.0)",
+    "soft_overlong_punishment": "DAPOConfig's overlong shaping (Eq. 13), applied by the trainer, not a reward column",
+}
+
+
+def build_rewards(script_args: MathScriptArguments, training_args: DAPOConfig) -> list:
+    """
+    The reward functions of a run: `MathVerifierReward` alone, or open-r1's `reward_funcs` names mapped to this
+    library's and TRL's rewards ([`OPEN_R1_REWARDS`]); an unknown name is refused with the list of known ones.
+    `reward_weights` follow the names, less the one of `soft_overlong_punishment` (built into the trainer).
+    """
+    from trl.rewards import get_repetition_penalty_reward, think_format_reward
+
+    names = script_args.reward_funcs or ["accuracy"]
+    unknown = [name for name in names if name not in OPEN_R1_REWARDS]
+    if unknown:
+        raise ValueError(
+            f"reward_funcs {unknown}: not a reward this library or TRL ships; known names: {list(OPEN_R1_REWARDS)}. "
+            "Train with your own reward through DAPOTrainer(reward_funcs=...) (see examples/custom_trainer.py)."
+        )
+    if names == ["soft_overlong_punishment"]:
+        raise ValueError("reward_funcs names only soft_overlong_punishment, a shaping term: add a reward (accuracy).")
+    if len(set(names)) != len(names):
+        raise ValueError(f"reward_funcs {names} names a reward twice.")
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(names):
+        raise ValueError(f"reward_weights has {len(weights)} values for the {len(names)} reward_funcs {names}.")
+    if "soft_overlong_punishment" in names:
+        if not training_args.overlong_shaping:
+            raise ValueError(
+                "reward_funcs names soft_overlong_punishment, which is DAPOConfig's overlong shaping: set "
+                "overlong_shaping true (or drop the name)."
+            )
+        if weights is not None:  # the trainer sees one weight per reward column
+            training_args.reward_weights = [w for n, w in zip(names, weights) if n != "soft_overlong_punishment"]
+    make = {
+        "accuracy": lambda: build_reward(script_args),
+        "format": lambda: think_format_reward,
+        "repetition_penalty": lambda: get_repetition_penalty_reward(ngram_size=3, max_penalty=-1.0),
+    }
+    if script_args.reward_funcs and training_args.process_index == 0:
+        logger.info("reward_funcs: " + "; ".join(f"{name} -> {OPEN_R1_REWARDS[name]}" for name in names))
+    return [make[name]() for name in names if name in make]
 
 
 def build_reward(script_args: MathScriptArguments) -> MathVerifierReward:
@@ -401,7 +434,14 @@ def build_reward(script_args: MathScriptArguments) -> MathVerifierReward:
         ) from None
 
 
-def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig) -> dict:
+def run_real(
+    script_args: MathScriptArguments,
+    training_args: DAPOConfig,
+    model_args: ModelConfig,
+    train_set=None,
+    *,
+    rewards: list | None = None,
+) -> dict:
     from dapo_trl.data import load_math_dataset
     from dapo_trl.evaluation import _verifier_functions, evaluate
 
@@ -417,16 +457,16 @@ def run_real(script_args: MathScriptArguments, training_args: DAPOConfig, model_
     record = make_run_record(script_args, training_args)
     if training_args.process_index == 0:
         write_run_record(training_args.output_dir, record)
-    reward = build_reward(script_args)
+    reward = rewards or build_rewards(script_args, training_args)
     trainer = DAPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=reward,
         args=training_args,
-        train_dataset=load_training_set(script_args),
+        train_dataset=load_training_set(script_args) if train_set is None else train_set,
         peft_config=get_peft_config(model_args),
     )
     use_console(trainer, script_args, demo=False)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     summary: dict = {"task": script_args.dataset_name, "optimizer_steps": trainer.state.global_step}
     if script_args.eval_dataset_name:
         eval_set = load_math_dataset(
@@ -512,6 +552,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
     with open(os.path.join(out, "eval_summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=float)
     print(format_summary(f"dapo-trl: {summary['task']}", summary_rows(summary, out), trainer.state.log_history))
+    print(training_signal(trainer.state.log_history))  # the last line: did the policy move at all?
 
 
 def summary_rows(summary: dict, output_dir: str) -> list[tuple[str, str]]:

@@ -31,9 +31,12 @@ TWO_NODE_EXTRA = ("--save_strategy", "steps", "--save_steps", "2", "--dynamic_sa
 
 
 def smoke_args(output_dir, *extra: str) -> list[str]:
-    """configs/smoke.yaml with auto-resume on, in the order the SLURM script writes them."""
+    """
+    configs/smoke.yaml with auto-resume on, in the order the SLURM script writes them; with a 20-step warm-up (the
+    config's longer one, which makes its correctness rewards vary, would only slow these process-layout tests down).
+    """
     return ["--config", "configs/smoke.yaml", "--auto_resume", "true", "--output_dir", str(output_dir),
-            "--disable_tqdm", "true", *extra]  # fmt: skip
+            "--disable_tqdm", "true", "--demo_sft_steps", "20", *extra]  # fmt: skip
 
 
 def node_lines(main_process_ip: str, port: int, train_args: list[str]) -> list[str]:

@@ -6,6 +6,7 @@ from datasets import Dataset
 
 from dapo_trl.data import (
     DAPO_PROMPT_TEMPLATE,
+    DATASET_FORMATS,
     boxed_answer,
     count_duplicate_prompts,
     detect_format,
@@ -78,9 +79,43 @@ def test_gsm8k_answers_after_hashes(tmp_path):
         {"question": "A car costs 1200 per month for 1 month.", "answer": "It costs 1,200.\n#### 1,200"},
         {"question": "No final answer here.", "answer": "It is unclear"},
     ]
-    ds = load_math_dataset(_write_jsonl(tmp_path / "gsm8k.jsonl", rows))
-    assert ds["answer"] == ["7", "1200"]  # the row without #### is dropped
+    path = _write_jsonl(tmp_path / "gsm8k.jsonl", rows)
+    ds = load_math_dataset(path, dataset_format="gsm8k")
+    assert ds["answer"] == ["7", "1200"]  # asked for GSM8K: the row without #### is dropped
     assert ds["prompt"][0] == DAPO_PROMPT_TEMPLATE.format(problem=rows[0]["question"])
+    # detected, the mix is refused rather than silently dropping the plain answer
+    with pytest.raises(ValueError, match=r"2 answers are GSM8K solutions .* and 1 are plain answers"):
+        load_math_dataset(path)
+    assert load_math_dataset(_write_jsonl(tmp_path / "all.jsonl", rows[:2]))["answer"] == ["7", "1200"]
+
+
+def test_question_answer_file_with_plain_answers_keeps_every_row(tmp_path, caplog):
+    """A local question/answer file whose answers are plain values is not GSM8K: no row may be dropped."""
+    rows = [{"question": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(5)]
+    path = _write_jsonl(tmp_path / "qa.jsonl", rows)
+    with caplog.at_level(logging.INFO, logger="dapo_trl.data"):
+        ds = load_math_dataset(path)
+    assert ds["answer"] == [str(2 * i) for i in range(5)]
+    assert ds["prompt"][1] == DAPO_PROMPT_TEMPLATE.format(problem="What is 1+1?")  # the template, as documented
+    assert "format 'question'" in caplog.text
+    raw = load_math_dataset(path, dataset_format="question", apply_template=False)
+    assert raw["prompt"][1] == "What is 1+1?"
+
+
+def test_no_usable_rows_names_the_flags_to_pass(tmp_path):
+    rows = [{"question": "q?", "answer": "no hashes"}]
+    with pytest.raises(ValueError) as error:
+        load_math_dataset(_write_jsonl(tmp_path / "x.jsonl", rows), dataset_format="gsm8k")
+    message = str(error.value)
+    assert "--dataset_format" in message and "--answer_column" in message and "'question'" in message
+    assert "[]" not in message and "the data has no other" in message
+
+
+def test_loader_docstring_lists_every_format_and_its_template():
+    doc = load_math_dataset.__doc__
+    for name in DATASET_FORMATS[1:]:
+        assert f'`"{name}"`' in doc, name
+    assert "template" in doc
 
 
 def test_math_boxed_solution(tmp_path):

@@ -45,6 +45,9 @@ COVERED: dict[str, tuple[str, ...]] = {
     ),
     # the main job
     "accelerate launch examples/train_math.py": ("tests/test_train_math.py::test_cpu_demo_learns",),
+    "accelerate launch examples/train_math.py --max_steps 20": (
+        "tests/test_train_math.py::test_demo_with_a_flag_trains_on_cpu_with_the_demo_values",
+    ),
     "accelerate launch examples/train_math.py --config configs/smoke.yaml": (
         "tests/test_train_math.py::test_demo_run_is_reproduced_by_the_evaluation_cli",
         "tests/test_cluster.py::test_two_nodes_run_as_one_job",

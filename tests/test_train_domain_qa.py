@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from dapo_trl import DAPOTrainer
 
@@ -29,6 +30,25 @@ def test_no_arguments_parse_to_the_demo():
     assert model_args.model_name_or_path is None and script_args.dataset_name is None
     assert training_args.dynamic_sampling_reward == "multiple_choice"
     assert training_args.steps_per_generation > training_args.gradient_accumulation_steps  # clip-higher can act
+
+
+def test_flags_override_the_demo_config():
+    demo = yaml.safe_load((ROOT / "configs" / "cpu_domain_qa.yaml").read_text())
+    script_args, training_args, model_args = train_domain_qa.parse_args(["--max_steps", "2", "--eval_k", "1"])
+    assert training_args.max_steps == 2 and script_args.eval_k == 1
+    assert training_args.use_cpu and not training_args.bf16 and model_args.model_name_or_path is None
+    for key in ("per_device_train_batch_size", "num_generations", "learning_rate", "dynamic_sampling_reward"):
+        assert getattr(training_args, key) == demo[key], key
+    assert script_args.demo_sft_steps == demo["demo_sft_steps"]
+
+
+def test_print_plan_shows_the_demo_plan(capsys):
+    result = train_domain_qa.main(["--print_plan"])
+    printed = capsys.readouterr().out
+    assert "16 prompts x 8 samples = 128 completions" in printed and "recipe plan               reached" in printed
+    assert result["plan"].steps_per_generation == 4
+    train_domain_qa.main(["--print_plan", "--num_generations", "4"])
+    assert "32 prompts x 4 samples = 128 completions" in capsys.readouterr().out
 
 
 def test_the_answer_reward_comes_first():

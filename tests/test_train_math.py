@@ -28,17 +28,87 @@ def load_example():
 train_math = load_example()
 
 
-def test_embedded_default_is_configs_cpu_demo():
-    """The no-argument default and configs/cpu_demo.yaml must not drift apart."""
-    from_yaml = yaml.safe_load((ROOT / "configs" / "cpu_demo.yaml").read_text())
-    assert from_yaml == train_math.CPU_DEMO
+CPU_DEMO = yaml.safe_load((ROOT / "configs" / "cpu_demo.yaml").read_text())
 
 
 def test_no_arguments_parse_to_the_demo():
     script_args, training_args, model_args = train_math.parse_args([])
     assert script_args.dataset_name is None and model_args.model_name_or_path is None
-    assert training_args.max_steps == train_math.CPU_DEMO["max_steps"]
+    assert training_args.max_steps == CPU_DEMO["max_steps"]
     assert training_args.steps_per_generation > training_args.gradient_accumulation_steps  # clip-higher can act
+
+
+def test_flags_override_the_demo_config_instead_of_replacing_it():
+    """`--max_steps 2` is the demo for two steps: every other setting stays the demo's (CPU, its batch, its lr)."""
+    script_args, training_args, model_args = train_math.parse_args(["--max_steps", "2", "--demo_sft_steps", "5"])
+    assert training_args.max_steps == 2 and script_args.demo_sft_steps == 5
+    assert training_args.use_cpu and not training_args.bf16
+    for key in ("per_device_train_batch_size", "num_generations", "learning_rate", "max_completion_length", "seed"):
+        assert getattr(training_args, key) == CPU_DEMO[key], key
+    assert script_args.demo_train_size == CPU_DEMO["demo_train_size"]
+    # a run on the user's own model and data starts from DAPOConfig's defaults, not from the demo's
+    _, training_args, _ = train_math.parse_args(
+        ["--model_name_or_path", "m", "--dataset_name", "d.jsonl", "--use_cpu", "true", "--bf16", "false"]
+    )
+    assert training_args.max_steps == -1 and training_args.per_device_train_batch_size == 16
+
+
+def test_dataset_format_is_a_flag_and_reaches_the_loader(monkeypatch):
+    """The loader's errors advise --dataset_format: the script must have it and pass it on."""
+    seen = {}
+    monkeypatch.setattr("dapo_trl.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
+    argv = ["--model_name_or_path", "m", "--dataset_name", "d.jsonl", "--dataset_format", "question"]
+    script_args, _, _ = train_math.parse_args([*argv, "--use_cpu", "true", "--bf16", "false"])
+    train_math.load_training_set(script_args)
+    assert seen["dataset_format"] == "question"
+
+
+@pytest.mark.integration
+def test_demo_with_a_flag_trains_on_cpu_with_the_demo_values(tmp_path, monkeypatch):
+    seen = {}
+    original = train_math.run_demo
+
+    def spy(script_args, training_args, **kwargs):
+        seen.update(script=script_args, training=training_args)
+        script_args.demo_train_size, script_args.demo_test_size, script_args.demo_eval_samples = 200, 8, 1
+        return original(script_args, training_args, **kwargs)
+
+    monkeypatch.setattr(train_math, "run_demo", spy)
+    summary = train_math.main(["--max_steps", "2", "--demo_sft_steps", "5", "--output_dir", str(tmp_path)])
+    assert summary["optimizer_steps"] == 2
+    training = seen["training"]
+    assert training.use_cpu and training.output_dir == str(tmp_path)
+    assert (training.per_device_train_batch_size, training.num_generations) == (64, 8)
+    assert training.learning_rate == CPU_DEMO["learning_rate"] and training.lr_scheduler_type == "constant"
+
+
+def test_print_plan_shows_the_demo_plan_with_the_flags_over_it(capsys):
+    result = train_math.main(["--print_plan"])
+    printed = capsys.readouterr().out
+    assert "32 prompts x 8 samples = 256 completions" in printed and "recipe plan               reached" in printed
+    assert result["plan"].per_device_train_batch_size == CPU_DEMO["per_device_train_batch_size"]
+    train_math.main(["--print_plan", "--per_device_train_batch_size", "32"])
+    assert "16 prompts x 8 samples = 128 completions" in capsys.readouterr().out
+
+
+def test_print_plan_for_a_process_count_this_machine_cannot_build(capsys):
+    """63 completions per rollout step divide into groups of 7 on 7 processes only: no one-process config is built."""
+    argv = ["--print_plan", "--num_processes", "7", "--per_device_train_batch_size", "9", "--num_generations", "7"]
+    result = train_math.main([*argv, "--steps_per_generation", "1", "--gradient_accumulation_steps", "1"])
+    assert result["plan"].num_processes == 7 and result["plan"].completions_per_rollout == 63
+    assert result["plan"].problems() == []
+    assert "9 prompts x 7 samples = 63 completions" in capsys.readouterr().out
+
+
+def test_print_plan_refuses_unknown_flags_and_keys(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        train_math.main(["--print_plan", "--no_such_flag", "1"])
+    assert stop.value.code == 2 and "--no_such_flag" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max_steps: 3\nno_such_key: 1\n")
+    with pytest.raises(SystemExit) as stop:
+        train_math.main(["--print_plan", "--config", str(bad)])
+    assert stop.value.code == 2 and "no_such_key" in capsys.readouterr().err
 
 
 def test_half_specified_run_is_refused(tmp_path, capsys):
@@ -119,7 +189,7 @@ def test_cpu_demo_learns(tmp_path):
     out = tmp_path / "demo"
     summary = train_math.main(["--config", str(ROOT / "configs" / "cpu_demo.yaml"), "--output_dir", str(out),
                                "--demo_test_size", "128", "--logging_steps", "20"])  # fmt: skip
-    assert summary["optimizer_steps"] == train_math.CPU_DEMO["max_steps"]
+    assert summary["optimizer_steps"] == CPU_DEMO["max_steps"]
     assert summary["accuracy_after_rl"] >= summary["accuracy_before_rl"] + 0.04, summary
     assert 0.2 < summary["accuracy_before_rl"] < 0.7, "the warm-up must leave accuracy mixed"
     assert_outputs(out, demo=True)
@@ -163,16 +233,22 @@ def test_make_demo_installs_what_the_demo_needs():
 
 
 @pytest.mark.integration
-def test_demo_run_is_reproduced_by_the_evaluation_cli(tmp_path):
+def test_demo_run_is_reproduced_by_the_evaluation_cli(tmp_path, capsys):
     """
-    A short demo run (configs/smoke.yaml) writes its held-out set and run record; the evaluation command line given
-    only the folder and that file samples exactly the completions the run scored (same tokenizer, prompts, sampling),
-    so accuracy, lengths and missing answers agree to the last digit. ~15 s.
+    A short demo run (configs/smoke.yaml, the installation check) writes its held-out set and run record; the
+    evaluation command line given only the folder and that file samples exactly the completions the run scored (same
+    tokenizer, prompts, sampling), so accuracy, lengths and missing answers agree to the last digit. The check must
+    also show that training moved the model, in its last line. ~30 s.
     """
     from transformers import AutoTokenizer
 
     out = tmp_path / "demo"
     summary = train_math.main(["--config", str(ROOT / "configs" / "smoke.yaml"), "--output_dir", str(out)])
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last_line.startswith("training signal: informative groups in") and last_line.endswith("training works")
+    entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any(e.get("dynamic_sampling/informative_frac", 0) > 0 for e in entries)
+    assert any(e.get("grad_norm", 0) > 0 for e in entries)
     assert_outputs(out, demo=True)
     record = json.loads((out / "dapo_run.json").read_text())
     assert record["heldout"] == "heldout.jsonl" and record["evaluation"]["k"] == 2
@@ -360,3 +436,47 @@ def test_summary_lists_the_diagnoses_that_fired():
     assert ("  step 29", "entropy_collapse: token entropy fell 0.7 -> 0.3") in rows
     rows = train_math.summary_rows({"task": "t", "optimizer_steps": 30, "diagnoses": []}, "out")
     assert ("diagnoses fired", "0") in rows
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# open-r1 recipes
+# ---------------------------------------------------------------------------------------------------------------------
+
+OPEN_R1 = ROOT / "tests" / "data" / "open_r1_grpo.yaml"
+ON_CPU = ["--use_cpu", "true", "--bf16", "false", "--push_to_hub", "false"]
+
+
+def test_an_open_r1_recipe_loads_with_its_reward_funcs(tmp_path, monkeypatch):
+    script_args, training_args, _ = train_math.parse_args(["--config", str(OPEN_R1), *ON_CPU])
+    assert script_args.reward_funcs == ["accuracy", "format"]
+    rewards = train_math.build_rewards(script_args, training_args)
+    assert [getattr(f, "__name__", None) for f in rewards] == ["math_verifier", "think_format_reward"]
+    assert training_args.reward_weights == [1.0, 1.0]
+    seen = {}
+    monkeypatch.setattr("dapo_trl.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
+    train_math.load_training_set(script_args)
+    assert seen["prompt_column"] == "problem"  # open-r1's dataset_prompt_column
+
+
+def test_open_r1_reward_names_map_or_are_refused_by_name(tmp_path, capsys):
+    script_args, training_args, _ = train_math.parse_args(
+        ["--config", str(OPEN_R1), *ON_CPU, "--reward_funcs", "accuracy", "soft_overlong_punishment",
+         "repetition_penalty", "--reward_weights", "1.0", "0.5", "0.2"]
+    )  # fmt: skip
+    rewards = train_math.build_rewards(script_args, training_args)
+    assert [f.__name__ for f in rewards] == ["math_verifier", "repetition_penalty_reward"]
+    assert training_args.reward_weights == [1.0, 0.2]  # the shaping term is the trainer's, not a reward column
+    recipe = yaml.safe_load(OPEN_R1.read_text())
+    recipe.update(reward_funcs=["accuracy", "format", "tag_count"], reward_weights=[1.0, 1.0, 1.0])
+    path = tmp_path / "open_r1_tag_count.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(SystemExit) as stop:
+        train_math.main(["--config", str(path), *ON_CPU, "--output_dir", str(tmp_path / "run")])
+    error = capsys.readouterr().err
+    assert stop.value.code == 2 and "tag_count" in error and "accuracy" in error and "repetition_penalty" in error
+
+
+def test_an_open_r1_recipe_plans_on_its_process_count(capsys):
+    result = train_math.main(["--config", str(OPEN_R1), "--print_plan", "--num_processes", "7"])
+    assert result["plan"].completions_per_rollout == 16 * 4 * 7
+    assert "28 prompts x 16 samples = 448 completions" in capsys.readouterr().out

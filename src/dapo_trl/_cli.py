@@ -1,4 +1,4 @@
-"""Checks shared by the command lines (`python -m dapo_trl.evaluation`, `examples/train_math.py`).
+"""Checks and parsing shared by the command lines (`python -m dapo_trl.evaluation`, the examples).
 
 Each check returns an error message naming the flag or the path, which the caller hands to `parser.error` so that a
 mistyped command stops at once with argparse's usage line, before anything is loaded or trained.
@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 # What a Hub repository id may look like: `name` or `owner/name` (huggingface_hub's own rule is stricter).
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
@@ -135,3 +138,118 @@ def _in_hub_cache(repo_id: str, filename: str, *, repo_type: str) -> bool:
     except Exception:  # an id huggingface_hub rejects: not in the cache either
         return False
     return isinstance(found, str)
+
+
+def resume_argument(value: str | bool | None) -> str | bool | None:
+    """
+    `--resume_from_checkpoint` as `Trainer.train` takes it: a checkpoint folder as given, `True` for `true` (the newest
+    complete checkpoint of `output_dir`, as in `DAPOTrainer.train`), `None` for an unset value or `false`.
+    """
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", ""):
+        return True if value.strip().lower() == "true" else None
+    return value or None
+
+
+def with_default_config(argv: Sequence[str], default: str | os.PathLike, *, unless: Sequence[str] = ()) -> list[str]:
+    """
+    `argv` with `--config default` in front when it names no `--config` and none of the flags `unless`.
+
+    This is open-r1's way of giving a script a default recipe: the demo's YAML is a `--config` like any other, so
+    command-line flags override its values instead of replacing all of them. `unless` lists the flags of a run on
+    the user's own model or data, for which the demo's settings (a CPU, a tiny model's batch) would be wrong.
+    """
+    argv = list(argv)
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    if "--config" in given or given & set(unless):
+        return argv
+    if not Path(default).is_file():
+        raise SystemExit(f"The default config {default} is missing; pass --config YAML.")
+    return ["--config", str(default), *argv]
+
+
+def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
+    """
+    [`~trl.TrlParser.parse_args_and_config`], with a bad config (missing file, unknown keys, values a dataclass
+    refuses) ending in one line and exit code 2 instead of a traceback.
+    """
+    import yaml
+
+    try:
+        return parser.parse_args_and_config(list(argv))
+    except (ValueError, OSError, yaml.YAMLError) as error:
+        parser.error(_one_line(error))
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def parse_values(parser: Any, argv: Sequence[str]) -> argparse.Namespace:
+    """
+    Every field's value from `--config` and the command line (command line last), as [`~trl.TrlParser`] reads them,
+    without building the dataclasses: their checks depend on the machine (its process count, whether it has a GPU),
+    which a plan for another machine must not. Unknown keys and flags stop at `parser.error`, naming them.
+    """
+    import yaml
+
+    argv = list(argv)
+    if "--config" in argv:
+        index = argv.index("--config")
+        argv.pop(index)
+        if index >= len(argv):
+            parser.error("--config needs a YAML file.")
+        path = argv.pop(index)
+        try:
+            with open(path) as f:
+                config = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError) as error:
+            parser.error(f"--config {path}: {error}")
+        if not isinstance(config, dict):
+            parser.error(f"--config {path} must hold a YAML mapping of settings.")
+        config.pop("env", None)
+        unknown = parser.set_defaults_with_config(**config)
+        if unknown:
+            parser.error(f"--config {path}: unknown settings {unknown[::2]}.")
+    namespace, remaining = parser.parse_known_args(argv)
+    if remaining:
+        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    return namespace
+
+
+def wants_plan(argv: Sequence[str]) -> bool:
+    """Whether `argv` asks for `--print_plan` (also written `--print_plan true`)."""
+    from transformers.hf_argparser import string_to_bool
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--print_plan", type=string_to_bool, nargs="?", const=True, default=False)
+    return bool(pre.parse_known_args(list(argv))[0].print_plan)
+
+
+def print_plan(parser: Any, argv: Sequence[str], script_class: type) -> dict[str, Any]:
+    """
+    `--print_plan` of an example: print the batch plan of the settings in effect (`--config` and the flags over it)
+    on `--num_processes` processes (default: this launch's), and the recipe's plan it reaches or misses. The config
+    is not built (see [`parse_values`]): a batch written for 7 processes may not divide on this machine's one.
+    """
+    import dataclasses
+    from types import SimpleNamespace
+
+    from .dapo_config import DAPOConfig
+    from .plan import batch_plan, format_plan
+
+    values = parse_values(parser, argv)
+
+    def fields_of(cls: type) -> dict[str, Any]:
+        return {f.name: getattr(values, f.name) for f in dataclasses.fields(cls) if f.init and hasattr(values, f.name)}
+
+    script_args = script_class(**fields_of(script_class))
+    processes = script_args.num_processes or int(os.environ.get("WORLD_SIZE", "1"))
+    plan = batch_plan(SimpleNamespace(**fields_of(DAPOConfig)), processes)
+    recipe = {
+        "prompts_per_rollout": script_args.recipe_prompts_per_rollout,
+        "completions_per_update": script_args.recipe_completions_per_update,
+        "num_processes": script_args.recipe_num_processes,
+    }
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(format_plan(plan, recipe=recipe))
+    return {"plan": plan, "config": values}

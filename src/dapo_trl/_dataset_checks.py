@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from datasets import IterableDataset
 
+from .dapo_config import default_notes
 from .data import prompt_text
 
 logger = logging.getLogger(__name__)
@@ -63,12 +64,13 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> list 
             )
     prompts_per_batch = args.generation_batch_size // args.num_generations
     if not args.dynamic_sampling and len(dataset) < prompts_per_batch:
-        raise ValueError(
+        message = (
             f"The training dataset has {len(dataset)} prompts but one generation batch needs {prompts_per_batch} "
             f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}); with "
             "dynamic_sampling=False, TRL's sampler would yield no batch and train 0 steps. Use more prompts, a smaller "
             "batch, or dynamic_sampling=True (which cycles the prompts)."
         )
+        raise ValueError(message + default_notes(message, args))
     return prompts
 
 

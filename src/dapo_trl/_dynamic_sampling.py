@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from . import _batch
-from ._underfill import UnderfillFacts, group_spreads, single_value, underfill_cause
+from ._underfill import UnderfillFacts, group_spreads, single_value, underfill_cause, underfill_kind
 from .advantages import compute_advantages, nanstd
 from .metrics import merge_completion_metrics, merge_metric
 from .sampling import SelectionPlan, classify_groups, round_up
@@ -461,6 +461,7 @@ class DynamicSamplingMixin:
             "groups_discarded": len(plan.discard),
             "groups_trained": len(plan.train),
             "underfilled": float(missing > 0),
+            "underfilled_steps": self._underfilled_steps,  # so far: the warning is printed once per cause
             "prompts_consumed": self._prompts.consumed,
             "reward_before_filter": self._mean_total_reward(torch.cat(step.rewards)) if step.rewards else math.nan,
             "reward_after_filter": self._mean_total_reward(batch["_rewards"][trained]),
@@ -540,28 +541,44 @@ class DynamicSamplingMixin:
         args = self.args
         target = self._ds_target
         if step.rewards and torch.isnan(torch.cat(step.rewards)).all():
+            kind = "unscorable"
             cause = (
                 "No completion of this batch could be scored (every reward function returned None), so no refill "
                 "round was run; see the reward warning above."
             )
         elif step.generated == 0:
+            kind = "no_prompt"
             cause = "No prompt could be drawn from the training set (skip_prompt passed over a whole epoch)."
         else:
-            cause = underfill_cause(self._underfill_facts(step))
+            facts = self._underfill_facts(step)
+            kind, cause = underfill_kind(facts), underfill_cause(facts)
         message = (
             f"Dynamic sampling found {target - missing} of the {target} informative groups a batch needs. {cause}"
         )
         if args.dynamic_sampling_on_exhausted == "raise":
             raise RuntimeError(message)
-        if missing < target:
-            logger.warning(message + " Training on the groups collected; the rest of the batch is masked.")
-            return
-        self._skipped_batches += 1
-        logger.warning(
-            f"{message} With no group to train on, the optimizer update is skipped: weights, optimizer moments and "
-            "learning-rate schedule stay as they are, global_step still advances (counted in "
-            f"dynamic_sampling/skipped_updates; {self._skipped_batches} such batch(es) in this run)."
-        )
+        # the same cause tends to recur every step: warn once per cause, then count (dynamic_sampling/underfilled_steps)
+        self._underfilled_steps += 1
+        if missing == target:
+            self._skipped_batches += 1
+            kind, message = (
+                f"{kind}, skipped",
+                (
+                    f"{message} With no group to train on, the optimizer update is skipped: weights, optimizer moments and "
+                    "learning-rate schedule stay as they are, global_step still advances (counted in "
+                    f"dynamic_sampling/skipped_updates; {self._skipped_batches} such batch(es) in this run)."
+                ),
+            )
+        else:
+            message += " Training on the groups collected; the rest of the batch is masked."
+        if kind not in self._underfill_causes_warned:
+            self._underfill_causes_warned.add(kind)
+            logger.warning(
+                message + " Later underfilled steps with this cause are not warned about again: "
+                "dynamic_sampling/underfilled_steps counts them."
+            )
+        else:
+            logger.debug(message)
 
     def _underfill_facts(self, step: _Step) -> UnderfillFacts:
         """What the rounds of this batch saw, for [`underfill_cause`] (gathered values: the same on every process)."""

@@ -78,6 +78,22 @@ def describe_groups(facts: UnderfillFacts) -> str:
     )
 
 
+def underfill_kind(facts: UnderfillFacts) -> str:
+    """
+    Which cause [`underfill_cause`] names: `"tolerance"`, `"filter_reward"` (constant while another reward varies),
+    `"constant_reward"`, `"truncation"`, else the data's difficulty, `"too_easy"` or `"too_hard"`.
+    """
+    if facts.mixed and facts.informative + facts.mixed >= facts.needed:  # without the tolerance, the batch was full
+        return "tolerance"
+    if facts.constant_value is not None and facts.varying:
+        return "filter_reward"
+    if facts.constant_value is not None and not facts.has_correct_value:
+        return "constant_reward"
+    if facts.truncated_frac >= TRUNCATED_CAUSE:
+        return "truncation"
+    return "too_easy" if facts.all_correct > facts.all_wrong else "too_hard"
+
+
 def underfill_cause(facts: UnderfillFacts) -> str:
     """
     The cause of an underfilled batch and what to change: the setting that makes groups uninformative when it is one
@@ -85,7 +101,8 @@ def underfill_cause(facts: UnderfillFacts) -> str:
     they were.
     """
     figures = describe_groups(facts)
-    if facts.mixed and facts.informative + facts.mixed >= facts.needed:  # without the tolerance, the batch was full
+    kind = underfill_kind(facts)
+    if kind == "tolerance":
         return (
             f"{figures}: dynamic_sampling_tolerance={facts.tolerance:g} is at least the spread of {facts.filter_label} "
             f"within a group (up to {facts.widest_spread:g} here), so groups whose completions scored differently "
@@ -93,7 +110,7 @@ def underfill_cause(facts: UnderfillFacts) -> str:
             "reward's spread (0 for a reward with distinct values such as correct/wrong)."
         )
     truncated = facts.truncated_frac >= TRUNCATED_CAUSE
-    if facts.constant_value is not None and facts.varying:
+    if kind == "filter_reward":
         others = ", ".join(repr(name) for name in facts.varying)
         return (
             f"{figures}: dynamic sampling filters on {facts.filter_label}, which gave every completion of this batch "
@@ -101,7 +118,7 @@ def underfill_cause(facts: UnderfillFacts) -> str:
             f"differently. Set dynamic_sampling_reward to the reward that tells completions apart (e.g. "
             f"dynamic_sampling_reward={facts.varying[0]!r}), or to 'total'.{_early(facts)}"
         )
-    if facts.constant_value is not None and not facts.has_correct_value:
+    if kind == "constant_reward":
         also = f" ({_truncation(facts)} too)" if truncated else ""
         return (
             f"{figures}: dynamic sampling filters on {facts.filter_label}, which gave every completion of this batch "
@@ -109,16 +126,15 @@ def underfill_cause(facts: UnderfillFacts) -> str:
             "no group informative: check that it reads the completion, or choose the filter with "
             f"dynamic_sampling_reward.{_early(facts)}"
         )
-    if truncated:
+    if kind == "truncation":
         return (
             f"{figures}; {_truncation(facts)}, too short to reach an answer, so completions score alike. Raise "
             "max_completion_length."
         )
-    easy = facts.all_correct > facts.all_wrong
     return (
         f"{figures}: most prompts are too "
-        f"{'easy' if easy else 'hard'} for the model. Raise dynamic_sampling_max_rounds, or use a dataset closer to "
-        f"the model's level.{_early(facts)}"
+        f"{'easy' if kind == 'too_easy' else 'hard'} for the model. Raise dynamic_sampling_max_rounds, or use a "
+        f"dataset closer to the model's level.{_early(facts)}"
     )
 
 

@@ -3,9 +3,12 @@ one-screen end-of-run summary."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_callback import ProgressCallback, TrainerCallback
+
+logger = logging.getLogger(__name__)
 
 # (logged metric, short label on the bar)
 BAR_METRICS: tuple[tuple[str, str], ...] = (
@@ -62,5 +65,62 @@ def format_summary(title: str, rows: list[tuple[str, str]], log_history: list[di
     logged = [f"{label} {last[key]:.3g}" for key, label in SUMMARY_METRICS if isinstance(last.get(key), int | float)]
     if logged:
         rows = [*rows, ("last logged", " | ".join(logged))]
+    underfilled = max((e.get("dynamic_sampling/underfilled_steps") or 0 for e in log_history), default=0)
+    if underfilled:
+        rows = [*rows, ("underfilled steps", f"{underfilled:.0f} (warned once; dynamic_sampling/underfilled_steps)")]
     lines = ["", "=" * width, title, "-" * width, *(f"{name:<20}{value}" for name, value in rows), "=" * width]
     return "\n".join(lines)
+
+
+class DefaultsNoticeCallback(TrainerCallback):
+    """
+    When training starts, logs once on the main process which DAPOConfig defaults that differ from GRPOConfig's the
+    run is using ([`~dapo_trl.dapo_config.defaults_notice`]): after `from dapo_trl import DAPOConfig as GRPOConfig`
+    a script's batch, warm-up and clipping change without a line of it changing.
+    """
+
+    def __init__(self) -> None:
+        self.shown = False
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from .dapo_config import defaults_notice
+
+        if self.shown or not state.is_world_process_zero:
+            return
+        self.shown = True
+        notice = defaults_notice(args)
+        if notice:
+            logger.warning(notice)
+
+
+def training_signal(log_history: list[dict[str, Any]]) -> str:
+    """
+    One line saying whether training moved the model: how many logged steps had informative groups (some reward
+    spread within a group: `dynamic_sampling/informative_frac`, else TRL's `frac_reward_zero_std`) and the largest
+    gradient norm. With no informative group and a zero gradient the policy never changed, whatever else the run
+    printed.
+
+    Example:
+    ```python
+    >>> training_signal([{"dynamic_sampling/informative_frac": 0.25, "grad_norm": 1.5}, {"grad_norm": 0.5}])
+    'training signal: informative groups in 1 of 1 generation steps, max grad norm 1.5: training works'
+
+    ```
+    """
+    steps = informative = 0
+    for entry in log_history:
+        frac = entry.get("dynamic_sampling/informative_frac")
+        if frac is None and entry.get("frac_reward_zero_std") is not None:
+            frac = 1 - entry["frac_reward_zero_std"]
+        if isinstance(frac, int | float) and frac == frac:  # NaN: a step trained on carried groups only
+            steps += 1
+            informative += frac > 0
+    norms = [e["grad_norm"] for e in log_history if isinstance(e.get("grad_norm"), int | float)]
+    norm = max(norms, default=0.0)
+    counted = f"informative groups in {informative} of {steps} generation steps, max grad norm {norm:.3g}"
+    if informative and norm > 0:
+        return f"training signal: {counted}: training works"
+    return (
+        f"training signal: {counted}: NOTHING WAS LEARNED (every group's samples were all right or all wrong, so "
+        "every advantage was 0); use data closer to the model's level, or warm the model up first"
+    )

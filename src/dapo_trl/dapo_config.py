@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import GRPOConfig
 
@@ -287,15 +290,21 @@ class DAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        check_settings(self)
-        _check_positive_counts(self)
-        super().__post_init__()
-        self._check_clipping()
-        self._check_overlong()
-        self._check_dynamic_sampling()
-        self._check_prompt_length()
-        self._check_dynamic_sampling_skip()
-        self._check_preemption()
+        try:
+            check_settings(self)
+            _check_positive_counts(self)
+            super().__post_init__()
+            self._check_clipping()
+            self._check_overlong()
+            self._check_dynamic_sampling()
+            self._check_prompt_length()
+            self._check_dynamic_sampling_skip()
+            self._check_preemption()
+        except ValueError as error:
+            # after the import swap a user reads "(16)" as their own value: say which defaults the error involves
+            if error.args and isinstance(error.args[0], str):
+                error.args = (error.args[0] + default_notes(error.args[0], self), *error.args[1:])
+            raise
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
@@ -420,3 +429,79 @@ def _check_positive_counts(config: DAPOConfig) -> None:
         value = getattr(config, name, None)
         if value is not None and value < 1:
             raise ValueError(f"{name} must be a positive integer or None, got {value}.")
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def changed_defaults() -> dict[str, tuple[Any, Any]]:
+    """
+    `{name: (DAPOConfig's default, GRPOConfig's default)}` for every setting the two classes share whose defaults
+    differ, read from the dataclasses themselves.
+
+    Example:
+    ```python
+    >>> changed_defaults()["num_generations"]
+    (16, 8)
+
+    ```
+    """
+    trl = {f.name: _field_default(f) for f in dataclasses.fields(GRPOConfig)}
+    return {
+        f.name: (_field_default(f), trl[f.name])
+        for f in dataclasses.fields(DAPOConfig)
+        if f.name in trl and _field_default(f) != trl[f.name]
+    }
+
+
+def added_switches_on() -> dict[str, Any]:
+    """`{name: default}` of the boolean settings GRPOConfig lacks that DAPOConfig turns on by default."""
+    trl = {f.name for f in dataclasses.fields(GRPOConfig)}
+    return {f.name: f.default for f in dataclasses.fields(DAPOConfig) if f.name not in trl and f.default is True}
+
+
+def inherited_defaults(config: Any) -> dict[str, tuple[Any, Any]]:
+    """The entries of [`changed_defaults`] that `config` still holds (the user left them unset, or set the same)."""
+    return {
+        name: (dapo, trl) for name, (dapo, trl) in changed_defaults().items() if getattr(config, name, None) == dapo
+    }
+
+
+def defaults_notice(config: Any) -> str | None:
+    """
+    One paragraph naming the settings where `config` runs on a DAPOConfig default that GRPOConfig does not have, and
+    the DAPO-only switches that are on, or `None` when there is none. Printed once when training starts.
+    """
+    changed = inherited_defaults(config)
+    switches = {name: getattr(config, name) for name in added_switches_on() if getattr(config, name, False) is True}
+    if not changed and not switches:
+        return None
+    parts = []
+    if changed:
+        listed = ", ".join(f"{name}={_show(dapo)} (GRPOConfig: {_show(trl)})" for name, (dapo, trl) in changed.items())
+        parts.append(f"DAPOConfig defaults in effect that differ from GRPOConfig's: {listed}")
+    if switches:
+        parts.append(f"DAPO settings on by default that GRPOConfig lacks: {', '.join(switches)}")
+    return "; ".join(parts) + ". Set any of them to change it (this notice lists only values left at DAPO's default)."
+
+
+def default_notes(message: str, config: Any) -> str:
+    """
+    What to append to an error `message` about `config`: for each setting the message names that holds a DAPOConfig
+    default differing from GRPOConfig's, that it is DAPO's default and what TRL's is ("" when there is none).
+    """
+    notes = [
+        f"{name}={_show(dapo)} is DAPOConfig's default (GRPOConfig's is {_show(trl)})"
+        for name, (dapo, trl) in inherited_defaults(config).items()
+        if re.search(rf"\b{re.escape(name)}\b", message)
+    ]
+    return f" [{'; '.join(notes)}.]" if notes else ""
+
+
+def _show(value: Any) -> str:
+    return str(getattr(value, "value", value))

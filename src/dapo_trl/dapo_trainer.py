@@ -46,6 +46,7 @@ from ._dataset_checks import (
 )
 from ._dynamic_sampling import DynamicSamplingMixin
 from .advantages import compute_advantages
+from .console import DefaultsNoticeCallback
 from .dapo_config import DAPOConfig
 from .diagnostics import add_diagnostics
 from .loss import (
@@ -56,7 +57,7 @@ from .loss import (
     window_token_counts,
 )
 from .overlong import OverlongPenalty, is_truncated
-from .preemption import PreemptionMixin
+from .preemption import FreshStartCallback, PreemptionMixin
 from .prompt_history import SkipPolicy
 from .prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
 from .reward_checks import (
@@ -185,6 +186,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._weight_syncs = 0
         self._skip_update = False
         self._skipped_batches = 0
+        self._underfilled_steps = 0  # underfilled batches so far (the warning is printed once per cause)
+        self._underfill_causes_warned: set[str] = set()
         self._policy_updates = 0  # optimizer updates made (skipped ones not counted); saved with the sampler state
         self._warned_deepspeed_skip = False
         self._overlong = self.build_overlong_penalty()
@@ -193,6 +196,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._check_prompt_lengths(prompts)
         if self.args.diagnostics:
             add_diagnostics(self)
+        self.add_callback(DefaultsNoticeCallback())
+        self.add_callback(FreshStartCallback())
 
     # ------------------------------------------------------------------ set-up
 

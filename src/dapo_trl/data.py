@@ -8,8 +8,16 @@ Math datasets in one shape: a `prompt` column (plain text or a chat-message list
 | `BytedTsinghua-SIA/DAPO-Math-17k`        | `dapo_math`  | `prompt` (chat list, templated) | `reward_model["ground_truth"]`       |
 | `HuggingFaceH4/aime_2024`, MATH-500, ... | `problem`    | `problem` + DAPO template       | `answer`                             |
 | `openai/gsm8k` (config `main`)           | `gsm8k`      | `question` + DAPO template      | text after `####` in `answer`        |
+| `question` / `answer` columns, plain     | `question`   | `question` + DAPO template      | `answer`                             |
 | MATH (`solution` with `\boxed{}`)        | `math`       | `problem` + DAPO template       | last `\boxed{}` of `solution`        |
 | any file or dataset                      | `columns`    | `prompt_column`                 | `answer_column`                      |
+
+"DAPO template" is [`DAPO_PROMPT_TEMPLATE`], the instruction DAPO-Math-17k's prompts carry; `problem`, `question`,
+`gsm8k` and `math` wrap the problem in it (`apply_template=False` turns it off), `dapo_math` and `columns` take the
+prompt as it is. Automatic detection reads the columns (first match: `prompt` + `reward_model`, `question` +
+`answer`, `problem` + `answer`, `problem` + `solution`, `prompt` + `answer`); `question` + `answer` is `gsm8k` only
+when the answers are GSM8K solutions (`... #### 42`), `question` when they are plain answers, so no row a plain
+reading would keep is dropped.
 
 The published DAPO-Math-17k file repeats each of its ~17k prompts about 100 times; [`load_math_dataset`] drops the
 repeats by default (`dedupe=True`) and logs how many went.
@@ -33,7 +41,7 @@ DAPO_PROMPT_TEMPLATE = (
     'Remember to put your answer on its own line after "Answer:".'
 )
 
-DATASET_FORMATS = ("auto", "dapo_math", "problem", "gsm8k", "math", "columns")
+DATASET_FORMATS = ("auto", "dapo_math", "problem", "question", "gsm8k", "math", "columns")
 
 # Hub ids whose format is known without looking at the columns
 _KNOWN_HUB_FORMATS = {
@@ -84,16 +92,23 @@ def load_math_dataset(
         config_name (`str`, *optional*):
             Hub configuration (`"main"` is used for `openai/gsm8k` when not given).
         dataset_format (`str`, *optional*, defaults to `"auto"`):
-            One of `"dapo_math"`, `"problem"`, `"gsm8k"`, `"math"`, `"columns"` (see the module docstring), or
-            `"auto"`: known Hub ids map to their format, otherwise the columns decide. Giving `prompt_column` and
-            `answer_column` without a format means `"columns"` (whose defaults are `prompt` and `answer`).
+            Where the prompt and the answer come from, and whether the prompt is wrapped in `template`:
+
+            - `"dapo_math"`: `prompt` as it is (DAPO-Math-17k's prompts carry the template), `reward_model.ground_truth`.
+            - `"problem"`: `problem` + template, `answer` (AIME, MATH-500).
+            - `"question"`: `question` + template, `answer` as written.
+            - `"gsm8k"`: `question` + template, the text after `####` of `answer` (rows without one are dropped).
+            - `"math"`: `problem` + template, the last `\\boxed{}` of `solution`.
+            - `"columns"`: `prompt_column` and `answer_column` (defaults `prompt`, `answer`), no template.
+            - `"auto"`: known Hub ids map to their format, otherwise the columns decide (see the module docstring);
+              giving `prompt_column` and `answer_column` without a format means `"columns"`.
         prompt_column (`str`, *optional*):
             Column holding the problem or prompt; overrides the format's default.
         answer_column (`str`, *optional*):
             Column holding the answer; overrides the format's default. A dotted path reads inside a dict column
             (`"reward_model.ground_truth"`).
         apply_template (`bool`, *optional*):
-            Wrap the problem in `template`. Defaults to `True` for raw problems (`problem`, `gsm8k`, `math`) and
+            Wrap the problem in `template`. Defaults to `True` for raw problems (`problem`, `question`, `gsm8k`, `math`) and
             `False` for `dapo_math` and `columns`, whose prompts are taken as they are.
         template (`str`, *optional*, defaults to [`DAPO_PROMPT_TEMPLATE`]):
             Must contain `{problem}`, which is replaced by the problem text (other braces are left alone).
@@ -119,8 +134,10 @@ def load_math_dataset(
     if dataset_format == "auto":
         if prompt_column and answer_column:
             dataset_format = "columns"
+        elif name_or_path in _KNOWN_HUB_FORMATS:
+            dataset_format = _KNOWN_HUB_FORMATS[name_or_path]
         else:
-            dataset_format = _KNOWN_HUB_FORMATS.get(name_or_path) or detect_format(raw.column_names)
+            dataset_format = _refine_detected(detect_format(raw.column_names), raw, name_or_path)
     logger.info("Loading %s (%d rows) as format %r.", name_or_path, len(raw), dataset_format)
 
     prompt_col, answer_col, answer_fn = _format_spec(dataset_format)
@@ -129,7 +146,7 @@ def load_math_dataset(
     _require_column(raw, prompt_col, "prompt", name_or_path)
     _require_column(raw, answer_col.split(".")[0], "answer", name_or_path)
     if apply_template is None:
-        apply_template = dataset_format in ("problem", "gsm8k", "math")
+        apply_template = dataset_format in ("problem", "question", "gsm8k", "math")
     keep_columns = list(keep_columns or [])
     for column in keep_columns:
         _require_column(raw, column, "kept", name_or_path)
@@ -171,9 +188,11 @@ def load_math_dataset(
         rows = rows[:max_samples]
     if not rows:
         others = [c for c in raw.column_names if c not in (answer_col.split(".")[0], prompt_col)]
+        where = f"one of its other columns {others}" if others else "another column (the data has no other)"
         raise ValueError(
-            f"{name_or_path} ({split}) has no usable rows: its answer column {answer_col!r} holds no usable answer. "
-            f"Pass answer_column= with the column that does (its other columns: {others}), or dataset_format=."
+            f"{name_or_path} ({split}) has no usable rows: read as format {dataset_format!r}, its answer column "
+            f"{answer_col!r} holds no usable answer. Pick {where} with answer_column= (--answer_column), or another "
+            f"format with dataset_format= (--dataset_format; one of {list(DATASET_FORMATS[1:])})."
         )
     from datasets import Dataset
 
@@ -212,11 +231,35 @@ def detect_format(columns: list[str]) -> str:
     )
 
 
+def _refine_detected(dataset_format: str, raw: Any, source: str) -> str:
+    """
+    A format detected from column names, checked against the answers: `question` + `answer` columns are GSM8K only
+    when the answers are GSM8K solutions; read as GSM8K, plain answers (`"42"`) would all be dropped.
+    """
+    if dataset_format != "gsm8k":
+        return dataset_format
+    answers = raw["answer"]
+    solutions = sum(isinstance(a, str) and "####" in a for a in answers)
+    plain = sum(_plain_answer(a) is not None for a in answers if not (isinstance(a, str) and "####" in a))
+    if solutions and plain:
+        raise ValueError(
+            f"{source}: {solutions} answers are GSM8K solutions (ending in '#### <answer>') and {plain} are plain "
+            "answers. Pass dataset_format='gsm8k' (--dataset_format gsm8k) to keep the text after '####' and drop the "
+            "plain ones, or dataset_format='question' to take every answer as written."
+        )
+    if solutions:
+        return "gsm8k"
+    logger.info("%s: question/answer columns with plain answers (no '####'): format 'question'.", source)
+    return "question"
+
+
 def _format_spec(dataset_format: str) -> tuple[str, str, Callable[[Any], str | None]]:
     if dataset_format == "dapo_math":
         return "prompt", "reward_model.ground_truth", _plain_answer
     if dataset_format == "problem":
         return "problem", "answer", _plain_answer
+    if dataset_format == "question":
+        return "question", "answer", _plain_answer
     if dataset_format == "gsm8k":
         return "question", "answer", gsm8k_answer
     if dataset_format == "math":

@@ -669,11 +669,17 @@ def build_parser() -> Any:
     data = parser.add_argument_group("model and data")
     data.add_argument("--model", required=True, help="Folder of a saved model (a run folder), or a Hub model id.")
     data.add_argument("--dataset", required=True, help="Local data file or folder, or a Hub dataset id.")
-    data.add_argument("--split", default="train")
-    data.add_argument("--dataset_config", default=None)
-    data.add_argument("--dataset_format", default="auto", choices=DATASET_FORMATS)
-    data.add_argument("--prompt_column", default=None)
-    data.add_argument("--answer_column", default=None)
+    data.add_argument("--split", default="train", help="Split to evaluate; slicing works (default: %(default)s).")
+    data.add_argument("--dataset_config", default=None, help="Hub configuration of the dataset (e.g. 'main').")
+    data.add_argument(
+        "--dataset_format",
+        default="auto",
+        choices=DATASET_FORMATS,
+        help="Where prompt and answer come from, and whether DAPO's template wraps the prompt (see "
+        "dapo_trl.data.load_math_dataset); 'auto': the columns decide.",
+    )
+    data.add_argument("--prompt_column", default=None, help="Prompt/problem column (default: the format's).")
+    data.add_argument("--answer_column", default=None, help="Answer column; dotted paths read dicts.")
     data.add_argument("--no_template", action="store_true", help="Use raw problems, without DAPO's template.")
     data.add_argument("--max_samples", type=positive_int, default=None, help="Evaluate the first N prompts only.")
 
@@ -684,7 +690,12 @@ def build_parser() -> Any:
     sampling.add_argument("--max_new_tokens", type=positive_int, default=None, help="Default 20480 (§4.1).")
     sampling.add_argument("--batch_size", type=positive_int, default=None, help="Prompts per generate call (8).")
     sampling.add_argument("--seed", type=int, default=None, help="Default 0.")
-    sampling.add_argument("--backend", default="auto", choices=("auto", "transformers", "vllm"))
+    sampling.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "transformers", "vllm"),
+        help="Generation backend; 'auto': vLLM when importable with a GPU, else transformers.",
+    )
 
     prompt = parser.add_argument_group("prompt format (default: the run record's)")
     prompt.add_argument(
@@ -697,7 +708,12 @@ def build_parser() -> Any:
     prompt.add_argument(
         "--max_prompt_length", type=positive_int, default=None, help="Cut longer prompts (default: the run record's)."
     )
-    prompt.add_argument("--prompt_truncation_side", default=None, choices=("left", "right", "error"))
+    prompt.add_argument(
+        "--prompt_truncation_side",
+        default=None,
+        choices=("left", "right", "error"),
+        help="Where prompts longer than --max_prompt_length are cut, or 'error' (default: the run record's).",
+    )
     prompt.add_argument("--ignore_run_record", action="store_true", help="Do not read the model's dapo_run.json.")
 
     scoring = parser.add_argument_group("scoring and output")
@@ -782,18 +798,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.run_record is not None:
         logger.info("Settings not given on the command line come from %s.", args.run_record.path)
     chat = {"auto": None, "yes": True, "no": False}[args.chat]
-    dataset = load_math_dataset(
-        args.dataset,
-        split=args.split,
-        config_name=args.dataset_config,
-        dataset_format=args.dataset_format,
-        prompt_column=args.prompt_column,
-        answer_column=args.answer_column,
-        apply_template=False if args.no_template else None,
-        conversational=bool(chat),
-        system_prompt=args.system_prompt,
-        max_samples=args.max_samples,
-    )
+    try:
+        dataset = load_math_dataset(
+            args.dataset,
+            split=args.split,
+            config_name=args.dataset_config,
+            dataset_format=args.dataset_format,
+            prompt_column=args.prompt_column,
+            answer_column=args.answer_column,
+            apply_template=False if args.no_template else None,
+            conversational=bool(chat),
+            system_prompt=args.system_prompt,
+            max_samples=args.max_samples,
+        )
+    except (ValueError, FileNotFoundError) as error:  # data that cannot be read as asked: one line, exit code 2
+        build_parser().error(f"--dataset {args.dataset}: {error}")
     exact = args.scorer == "exact"
     scorer, extractor, equivalent = _verifier_functions(args.extraction, args.reward_rule)
     metrics = evaluate(

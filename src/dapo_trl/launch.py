@@ -141,15 +141,15 @@ def from_slurm(
             "on the training nodes only (srun --nodelist=$TRAIN_NODES)."
         )
     step_nodes = env.get("SLURM_STEP_NUM_NODES")
-    if step_nodes is not None and int(step_nodes) != len(training):
+    if step_nodes is not None and _integer("SLURM_STEP_NUM_NODES", step_nodes) != len(training):
         raise ValueError(
             f"The srun step spans {step_nodes} nodes but the job has {len(training)} training nodes: the rendezvous "
             "would wait forever. Run one task per training node (srun --nodes=$NUM_TRAIN_NODES --ntasks-per-node=1)."
         )
     if port is None:
-        port = int(env["MAIN_PROCESS_PORT"]) if "MAIN_PROCESS_PORT" in env else None
+        port = _integer("MAIN_PROCESS_PORT", env["MAIN_PROCESS_PORT"]) if "MAIN_PROCESS_PORT" in env else None
     if port is None:
-        port = 20000 + int(_require(env, "SLURM_JOB_ID")) % 20000
+        port = 20000 + _integer("SLURM_JOB_ID", _require(env, "SLURM_JOB_ID")) % 20000
     return NodeLaunch(
         num_machines=len(training),
         machine_rank=training.index(node),
@@ -174,10 +174,10 @@ def from_env(
     if rank is None:
         raise ValueError("Set MACHINE_RANK (or run as a Kubernetes Indexed Job, which sets JOB_COMPLETION_INDEX).")
     if port is None:
-        port = int(env.get("MAIN_PROCESS_PORT", DEFAULT_PORT))
+        port = _integer("MAIN_PROCESS_PORT", env.get("MAIN_PROCESS_PORT", DEFAULT_PORT))
     return NodeLaunch(
-        num_machines=int(_require(env, "NUM_MACHINES")),
-        machine_rank=int(rank),
+        num_machines=_integer("NUM_MACHINES", _require(env, "NUM_MACHINES")),
+        machine_rank=_integer("MACHINE_RANK" if "MACHINE_RANK" in env else "JOB_COMPLETION_INDEX", rank),
         main_process_ip=_require(env, "MAIN_PROCESS_IP"),
         main_process_port=port,
         processes_per_machine=_processes(env, processes_per_machine, None),
@@ -191,12 +191,19 @@ def _require(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _integer(name: str, value: str | int) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"The environment variable {name} must be an integer, got {value!r}.") from None
+
+
 def _processes(env: Mapping[str, str], given: int | None, scheduler_variable: str | None) -> int:
     if given is not None:
         return given
     for name in ("PROCESSES_PER_MACHINE", scheduler_variable):
         if name and env.get(name):
-            return int(env[name])
+            return _integer(name, env[name])
     raise ValueError(
         "How many training processes per node? Pass --processes_per_machine or set PROCESSES_PER_MACHINE."
     )
@@ -258,38 +265,73 @@ def command_line(env: Mapping[str, str], command: Sequence[str]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ._cli import positive_int
+
     parser = argparse.ArgumentParser(prog="python -m dapo_trl.launch", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="source", required=True)
+    sub = parser.add_subparsers(dest="source", required=True, metavar="{slurm,env,slurm-hosts}")
     hosts = sub.add_parser("slurm-hosts", help="print VLLM_HOST TRAIN_NODES NUM_TRAIN_NODES for a batch script")
-    hosts.add_argument("--server_nodes", type=int, default=1)
+    hosts.add_argument("--server_nodes", type=int, default=1, help=_SERVER_NODES_HELP)
     for name in ("slurm", "env"):
-        launch = sub.add_parser(name, help=f"launch this node's training processes ({name} variables)")
+        variables = (
+            "SLURM_JOB_NODELIST, SLURMD_NODENAME, SLURM_JOB_ID"
+            if name == "slurm"
+            else "NUM_MACHINES, MACHINE_RANK (or JOB_COMPLETION_INDEX), MAIN_PROCESS_IP"
+        )
+        launch = sub.add_parser(
+            name,
+            help=f"launch this node's training processes (reads {variables})",
+            description=f"Launch this node's training processes with `accelerate launch`, from {variables}.",
+        )
         if name == "slurm":
-            launch.add_argument("--server_nodes", type=int, default=1)
-        launch.add_argument("--processes_per_machine", type=int)
-        launch.add_argument("--config_file")
-        launch.add_argument("--cpu", action="store_true")
-        launch.add_argument("--port", type=int)
-        launch.add_argument("--shutdown_timeout", type=int, default=DEFAULT_SHUTDOWN_TIMEOUT_S)
-        launch.add_argument("--dry_run", action="store_true")
-        launch.add_argument("script")
-        launch.add_argument("script_args", nargs=argparse.REMAINDER)
+            launch.add_argument("--server_nodes", type=int, default=1, help=_SERVER_NODES_HELP)
+        launch.add_argument(
+            "--processes_per_machine",
+            type=positive_int,
+            help="training processes per node (default: PROCESSES_PER_MACHINE"
+            + (", then SLURM_GPUS_ON_NODE)" if name == "slurm" else ")"),
+        )
+        launch.add_argument("--config_file", help="an accelerate config (e.g. configs/accelerate/zero3.yaml)")
+        launch.add_argument("--cpu", action="store_true", help="gloo processes without GPUs (what the tests run)")
+        launch.add_argument(
+            "--port",
+            type=int,
+            help="rendezvous port (default: MAIN_PROCESS_PORT, then "
+            + ("20000 + SLURM_JOB_ID %% 20000)" if name == "slurm" else f"{DEFAULT_PORT})"),
+        )
+        launch.add_argument(
+            "--shutdown_timeout",
+            type=positive_int,
+            default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+            help="seconds the launcher waits, after forwarding a signal, for the processes to save a checkpoint "
+            "(default: %(default)s)",
+        )
+        launch.add_argument("--dry_run", action="store_true", help="print the command instead of running it")
+        launch.add_argument("script", help="the training script, e.g. examples/train_math.py")
+        launch.add_argument("script_args", nargs=argparse.REMAINDER, help="the training script's arguments")
     return parser
 
 
+_SERVER_NODES_HELP = "how many leading nodes of the allocation run the vLLM server (default: %(default)s)"
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The command line; a missing or malformed variable or option ends in one line on stderr and exit code 2."""
+    parser = _parser()
+    args = parser.parse_args(argv)
     env = dict(os.environ if env is None else env)
-    if args.source == "slurm-hosts":
-        servers, training = slurm_hosts(env, server_nodes=args.server_nodes)
-        print(servers[0] if servers else "-", ",".join(training), len(training))
-        return 0
-    if args.source == "slurm":
-        node = from_slurm(
-            env, server_nodes=args.server_nodes, processes_per_machine=args.processes_per_machine, port=args.port
-        )
-    else:
-        node = from_env(env, processes_per_machine=args.processes_per_machine, port=args.port)
+    try:
+        if args.source == "slurm-hosts":
+            servers, training = slurm_hosts(env, server_nodes=args.server_nodes)
+            print(servers[0] if servers else "-", ",".join(training), len(training))
+            return 0
+        if args.source == "slurm":
+            node = from_slurm(
+                env, server_nodes=args.server_nodes, processes_per_machine=args.processes_per_machine, port=args.port
+            )
+        else:
+            node = from_env(env, processes_per_machine=args.processes_per_machine, port=args.port)
+    except ValueError as error:  # int() of a variable included: its message names the value
+        parser.error(f"{args.source}: {error}")
     command = accelerate_command(node, args.script, args.script_args, config_file=args.config_file, cpu=args.cpu)
     extra_env = launcher_environment(shutdown_timeout=args.shutdown_timeout, cpu=args.cpu)
     line = command_line(extra_env, command)
@@ -297,7 +339,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print(line, flush=True)
         return 0
     print(f"dapo_trl.launch: {line}", file=sys.stderr, flush=True)
-    os.execvpe(command[0], command, {**env, **extra_env})  # the launcher becomes the node's main process
+    try:
+        os.execvpe(command[0], command, {**env, **extra_env})  # the launcher becomes the node's main process
+    except FileNotFoundError:
+        parser.error(f"{command[0]} is not on PATH: install accelerate in this environment (pip install accelerate).")
 
 
 if __name__ == "__main__":

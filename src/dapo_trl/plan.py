@@ -88,12 +88,18 @@ def batch_plan(args: Any, num_processes: int) -> BatchPlan:
     """
     The plan of a `DAPOConfig` / `GRPOConfig` on `num_processes` processes.
 
-    `steps_per_generation` is taken as resolved by the config (it defaults to `gradient_accumulation_steps`); a
-    warm-up given as a ratio (`warmup_steps < 1`) is converted with `max_steps`.
+    `args` may be a built config or the unchecked values of one (`--print_plan` plans for a process count other than
+    this machine's, on which the config would not build): `steps_per_generation` defaults, as TRL resolves it, to
+    `generation_batch_size / (per_device_train_batch_size * num_processes)` when that is set, else to
+    `gradient_accumulation_steps`; a warm-up given as a ratio (`warmup_steps < 1`) is converted with `max_steps`.
     """
     if num_processes < 1:
         raise ValueError(f"num_processes must be at least 1, got {num_processes}.")
-    steps_per_generation = args.steps_per_generation or args.gradient_accumulation_steps
+    steps_per_generation = args.steps_per_generation
+    generation_batch_size = getattr(args, "generation_batch_size", None)
+    if not steps_per_generation and generation_batch_size:
+        steps_per_generation = max(1, generation_batch_size // (args.per_device_train_batch_size * num_processes))
+    steps_per_generation = steps_per_generation or args.gradient_accumulation_steps
     warmup = args.warmup_steps or 0
     if 0 < warmup < 1:
         warmup = math.ceil(warmup * max(args.max_steps, 0))

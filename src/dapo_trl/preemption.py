@@ -429,7 +429,7 @@ class PreemptionMixin:
             code = callback.stop_exit_code
             logger.warning(
                 f"Training stopped for a signal at step {callback.stopped_at_step} with a complete checkpoint; "
-                f"exiting with code {code}. Run the same command again to resume (auto_resume=True)."
+                f"exiting with code {code}. {resume_hint(args)}"
             )
             raise SystemExit(code)
         return output
@@ -558,3 +558,39 @@ def _publish(staged: str, final: str, staging: str, *, save_on_each_node: bool) 
     for name in os.listdir(run_dir):  # partial folders of saves that were killed: a complete one now exists
         if name.startswith(PARTIAL_PREFIX + PREFIX_CHECKPOINT_DIR):
             shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------- restarts
+
+
+def resume_hint(args) -> str:
+    """What to run to continue a stopped run from the newest complete checkpoint of `args.output_dir`."""
+    if getattr(args, "auto_resume", False):
+        return "Run the same command again to resume (auto_resume is on)."
+    latest = latest_complete_checkpoint(args.output_dir) or os.path.join(args.output_dir, "checkpoint-N")
+    return (
+        f"To resume, run the same command with --auto_resume true (or --resume_from_checkpoint {latest}); "
+        "without either a rerun starts again at step 0."
+    )
+
+
+def fresh_start_warning(output_dir: str | os.PathLike) -> str | None:
+    """The warning for a run that starts at step 0 in `output_dir` although it holds a complete checkpoint, else `None`."""
+    latest = latest_complete_checkpoint(output_dir)
+    if latest is None:
+        return None
+    return (
+        f"{output_dir} holds complete checkpoints (newest: {latest}), but this run starts at step 0: it neither "
+        f"resumes nor keeps them apart (its checkpoints replace theirs step by step). To continue that run, pass "
+        f"--resume_from_checkpoint {latest} or --auto_resume true; to start over, use another output_dir."
+    )
+
+
+class FreshStartCallback(TrainerCallback):
+    """Warns, on the main process, when training starts at step 0 in an output folder that holds a checkpoint."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0 and state.is_world_process_zero:
+            warning = fresh_start_warning(args.output_dir)
+            if warning:
+                logger.warning(warning)
