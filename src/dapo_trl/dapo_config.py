@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ._validate import check_settings
+from ._validate import check_settings, gguf_problem
 from .preemption import STOP_POINTS
 from .sampling import STRATEGIES
 
@@ -278,6 +278,7 @@ class DAPOConfig(GRPOConfig):
         check_settings(self)
         _check_positive_counts(self)
         super().__post_init__()
+        self._check_gguf()
         self._check_clipping()
         self._check_overlong()
         self._check_dynamic_sampling()
@@ -285,6 +286,13 @@ class DAPOConfig(GRPOConfig):
         self._check_prompt_length()
         self._check_dynamic_sampling_skip()
         self._check_preemption()
+
+    def _check_gguf(self) -> None:
+        problem = gguf_problem(
+            model_init_kwargs=self.model_init_kwargs if isinstance(self.model_init_kwargs, dict) else None
+        )
+        if problem:
+            raise ValueError(problem[0].upper() + problem[1:])
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
