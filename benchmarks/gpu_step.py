@@ -353,9 +353,9 @@ def run_once(
     peak = torch.cuda.max_memory_allocated() if cuda else None
     accuracy = None if heldout is None else heldout_accuracy(trainer.model, tokenizer, heldout, args)
     measured = [h for h in trainer.state.log_history if h.get("step", 0) > args.warmup and "loss" in h]
-    metrics = {
-        key: statistics.fmean(h[key] for h in measured if key in h)
-        for key in sorted({k for h in measured for k in h})
+    metrics = {  # a metric logged as None (nothing to average over in that step) is left out
+        key: statistics.fmean(h[key] for h in measured if h.get(key) is not None)
+        for key in sorted({k for h in measured for k, v in h.items() if v is not None})
         if key.startswith(("dynamic_sampling/", "overlong/")) or key == "frac_reward_zero_std"
     }
     del trainer, model
@@ -379,6 +379,11 @@ def run_once(
     }
 
 
+def ratio(a: float, b: float) -> str:
+    """`a / b` to 3 decimals, or `n/a` when `b` is 0 (a pretrained model may have no informative group at all)."""
+    return f"{a / b:.3f}" if b else "n/a"
+
+
 def format_report(results: dict[str, dict], before: float | None = None) -> str:
     lines = [
         "| trainer | steps/s | completion tokens/s | informative groups trained/s | groups generated/step "
@@ -398,7 +403,7 @@ def format_report(results: dict[str, dict], before: float | None = None) -> str:
     lines.append(
         f"DAPO / GRPO ratio: steps/s {dapo['steps_per_s'] / grpo['steps_per_s']:.3f}, completion tokens/s "
         f"{dapo['tokens_per_s'] / grpo['tokens_per_s']:.3f}, informative groups trained/s "
-        f"{dapo['informative_groups_per_s'] / grpo['informative_groups_per_s']:.3f}"
+        f"{ratio(dapo['informative_groups_per_s'], grpo['informative_groups_per_s'])}"
         + (
             ""
             if grpo["peak_memory_gib"] is None

@@ -130,3 +130,8 @@ def test_real_model_cpu_tiny_mode_trains_smollm2_with_both_trainers(capsys, smol
     # DAPO's mechanisms acted on the real completions: overlong metrics logged, dynamic sampling ran
     metrics = dict(re.findall(r"^  ([\w/]+): ([-\d.]+)$", out, flags=re.M))
     assert "overlong/truncated_ratio" in metrics and float(metrics["dynamic_sampling/rounds"]) >= 1
+
+
+def test_a_ratio_over_zero_informative_groups_reads_na():
+    gpu_step = load_gpu_step()
+    assert gpu_step.ratio(3.0, 2.0) == "1.500" and gpu_step.ratio(1.0, 0.0) == "n/a"

@@ -436,13 +436,25 @@ def test_train_math_flags_and_the_evaluation_cli_agree_on_the_real_model(tmp_pat
     assert summary["eval"]["mean_completion_chars"] > 0
 
 
+def native(text: str) -> bool | int | float | str:
+    """A flag's value as the YAML type a recipe would hold (`yaml.safe_load` would read `no` as false, `1e-5` as text)."""
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_train_math_yaml_recipe_on_the_real_model(tmp_path, smollm2_dir):
     import yaml
 
     data = write_problems(tmp_path / "train.jsonl", 8)
-    recipe = {key: yaml.safe_load(value) for key, value in TINY_RUN.items()}
+    recipe = {key: native(value) for key, value in TINY_RUN.items()}
     recipe.update(model_name_or_path=str(smollm2_dir), dataset_name=str(data), output_dir=str(tmp_path / "run"))
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     run_cli([str(ROOT / "examples" / "train_math.py"), "--config", str(tmp_path / "recipe.yaml")], tmp_path)
