@@ -121,7 +121,7 @@ def test_real_model_cpu_tiny_mode_trains_smollm2_with_both_trainers(capsys, smol
     for kind in gpu_step.KINDS:
         (line,) = [ln for ln in out.splitlines() if ln.startswith(f"| {gpu_step.LABELS[kind]} |")]
         steps_per_s, tokens_per_s = (float(c) for c in line.strip("|").split("|")[1:3])
-        assert steps_per_s == pytest.approx(results[kind]["steps_per_s"], rel=1e-3) and tokens_per_s > 0
+        assert steps_per_s == pytest.approx(results[kind]["steps_per_s"], abs=5e-5) and tokens_per_s > 0  # 4 decimals
     accuracy = re.search(r"before training ([\d.]+), after GRPOTrainer ([\d.]+), after DAPOTrainer ([\d.]+)", out)
     assert accuracy, out
     assert float(accuracy.group(2)) == pytest.approx(results["GRPO"]["heldout_accuracy"], abs=1e-4)
