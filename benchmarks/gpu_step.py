@@ -23,10 +23,18 @@ useful rate is "informative groups trained/s": groups with a nonzero advantage (
 non-constant ones of GRPO's). Peak GPU memory is `torch.cuda.max_memory_allocated()` from building the model to the
 end of training, reset between the two trainers.
 
-Launch (see docs/gpu_check.md for an offline machine):
+Real-model mode (`--real-model DIR`, a folder written by scripts/get_smollm2.py): the same two trainers on
+SmolLM2-135M-Instruct (pretrained, BPE tokenizer, chat template, `<|im_end|>` as end of turn), on arithmetic word
+problems the script generates, in chat format, scored by the project's verifier (`MathVerifierReward`); the overlong
+penalty and dynamic sampling (at most `--max-rounds` rounds) act on its real completions. It adds the held-out accuracy
+(avg@k over problems disjoint from the training ones) before training and after each trainer.
+
+Launch (see docs/real_model.md, "A GPU run", for an offline machine and its carry plan):
 ```
 python benchmarks/gpu_step.py                  # one CUDA GPU; ~3-5 minutes with the defaults
 python benchmarks/gpu_step.py --cpu --tiny     # CI smoke: a 2-layer model on CPU, a few seconds
+python benchmarks/gpu_step.py --real-model models/SmolLM2-135M-Instruct          # one CUDA GPU
+python benchmarks/gpu_step.py --real-model models/SmolLM2-135M-Instruct --cpu --tiny   # ~2-4 minutes on 1 core
 ```
 """
 
@@ -38,6 +46,7 @@ import gc
 import logging
 import math
 import os
+import random
 import statistics
 import string
 import tempfile
@@ -55,7 +64,7 @@ from transformers.trainer_callback import PrinterCallback  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from dapo_trl import DAPOConfig, DAPOTrainer  # noqa: E402
+from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward  # noqa: E402
 
 KINDS = ("GRPO", "DAPO")
 LABELS = {"GRPO": 'GRPOTrainer (loss_type="dapo")', "DAPO": "DAPOTrainer + dynamic sampling"}
@@ -162,6 +171,83 @@ def score_row(kind: str, text) -> float:
     return 1.0 if zlib.crc32(str(text).encode()) % 2 else -1.0
 
 
+# ------------------------------------------------------------------------------------------------ real-model mode
+
+WORD_PROBLEMS = (
+    ("{name} has {a} apples and buys {b} more. How many apples does {name} have now?", lambda a, b: a + b),
+    ("A box holds {a} pens. {name} takes {b} of them. How many pens are left in the box?", lambda a, b: a - b),
+    ("{name} reads {a} pages a day for {b} days. How many pages does {name} read in total?", lambda a, b: a * b),
+    ("There are {a} birds on a tree and {b} more land on it. How many birds are on the tree?", lambda a, b: a + b),
+    ("{name} had {a} stickers and gave {b} away. How many stickers does {name} have left?", lambda a, b: a - b),
+    ("A farmer plants {a} rows of {b} trees. How many trees does the farmer plant?", lambda a, b: a * b),
+)
+NAMES = ("Tom", "Anna", "Sam", "Lily", "Ben", "Mia")
+INSTRUCTION = "Think briefly, then give the result on the last line as: Answer: <number>"
+
+
+def make_word_problems(n: int, *, seed: int, split: str) -> Dataset:
+    """
+    `n` distinct one-step word problems in chat format (`prompt`, `answer`). The `train` and `test` splits never share
+    a problem: a problem belongs to `test` when its (template, a, b) hash is 0 modulo 5.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    rng, seen, prompts, answers = random.Random(f"{seed}-{split}"), set(), [], []
+    while len(prompts) < n:
+        t, name = rng.randrange(len(WORD_PROBLEMS)), rng.choice(NAMES)
+        a, b = rng.randint(2, 30), rng.randint(2, 12)
+        a = max(a, b + 1) if t in (1, 4) else a  # never below zero
+        template, answer = WORD_PROBLEMS[t]
+        text = template.format(name=name, a=a, b=b) + "\n" + INSTRUCTION
+        if (zlib.crc32(f"{t}-{a}-{b}".encode()) % 5 == 0) != (split == "test") or text in seen:
+            continue
+        seen.add(text)
+        prompts.append([{"role": "user", "content": text}])
+        answers.append(str(answer(a, b)))
+    return Dataset.from_dict({"prompt": prompts, "answer": answers})
+
+
+class CountingVerifier(MathVerifierReward):
+    """The project's verifier (`math_verifier`), counting the completion tokens it scores."""
+
+    def __init__(self) -> None:
+        super().__init__(answer_column="answer")
+        self.completion_tokens = 0
+
+    def __call__(self, completions, completion_ids=None, **columns) -> list[float | None]:
+        self.completion_tokens += sum(len(ids) for ids in completion_ids or [])
+        return super().__call__(completions=completions, completion_ids=completion_ids, **columns)
+
+
+def load_real_model(folder: str, *, dtype: torch.dtype, device: str):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+
+
+def heldout_accuracy(model, tokenizer, heldout: Dataset, args: argparse.Namespace) -> float:
+    """avg@k on the held-out problems, sampled as in training (temperature 1, chat template, same length cap)."""
+    from dapo_trl.evaluation import evaluate
+
+    was_training = model.training
+    model.eval()
+    metrics = evaluate(
+        model,
+        heldout,
+        k=args.eval_k,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=args.max_completion_length,
+        tokenizer=tokenizer,
+        use_chat_template=True,
+        batch_size=64,
+        seed=args.seed,
+        progress=False,
+    )
+    model.train(was_training)
+    return metrics[f"avg@{args.eval_k}"]
+
+
 class StepMeter(TrainerCallback):
     """Wall time and completion tokens of each optimizer step."""
 
@@ -198,7 +284,7 @@ def shared_settings(args: argparse.Namespace, output_dir: str) -> dict:
         disable_tqdm=True,
         seed=args.seed,
         max_steps=args.warmup + args.steps,
-        learning_rate=1e-6,
+        learning_rate=args.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
         per_device_train_batch_size=args.prompts * args.num_generations,
@@ -217,6 +303,13 @@ def build_config(kind: str, args: argparse.Namespace, output_dir: str) -> GRPOCo
     settings = shared_settings(args, output_dir)
     if kind == "GRPO":
         return GRPOConfig(**settings)
+    if args.real_model:  # DAPO's overlong shaping acts on the real model's rambling completions
+        return DAPOConfig(
+            **settings,
+            dynamic_sampling=True,
+            dynamic_sampling_max_rounds=args.max_rounds,
+            overlong_buffer_len=max(1, args.max_completion_length // 4),
+        )
     return DAPOConfig(**settings, dynamic_sampling=True)
 
 
@@ -231,14 +324,18 @@ def check_same_settings(grpo: GRPOConfig, dapo: DAPOConfig) -> None:
         raise RuntimeError(f"GRPOConfig and DAPOConfig differ in {differ}: the comparison would not be like for like.")
 
 
-def run_once(kind: str, args: argparse.Namespace, dims: dict, tokenizer, dataset, device: str, dtype) -> dict:
+def run_once(
+    kind: str, args: argparse.Namespace, dims: dict, tokenizer, dataset, device: str, dtype, heldout=None
+) -> dict:
     cuda = device == "cuda"
     if cuda:
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    model = build_model(dims, tokenizer, dtype=dtype, device=device, seed=args.seed)
-    reward = ScriptedReward()
+    if args.real_model:
+        model, reward = load_real_model(args.real_model, dtype=dtype, device=device), CountingVerifier()
+    else:
+        model, reward = build_model(dims, tokenizer, dtype=dtype, device=device, seed=args.seed), ScriptedReward()
     meter = StepMeter(reward, cuda)
     with tempfile.TemporaryDirectory() as output_dir:
         config = build_config(kind, args, output_dir)
@@ -254,11 +351,12 @@ def run_once(kind: str, args: argparse.Namespace, dims: dict, tokenizer, dataset
         trainer.remove_callback(PrinterCallback)  # disable_tqdm would print every log dict
         trainer.train()
     peak = torch.cuda.max_memory_allocated() if cuda else None
+    accuracy = None if heldout is None else heldout_accuracy(trainer.model, tokenizer, heldout, args)
     measured = [h for h in trainer.state.log_history if h.get("step", 0) > args.warmup and "loss" in h]
-    metrics = {
-        key: statistics.fmean(h[key] for h in measured if key in h)
-        for key in sorted({k for h in measured for k in h})
-        if key.startswith("dynamic_sampling/") or key == "frac_reward_zero_std"
+    metrics = {  # a metric logged as None (nothing to average over in that step) is left out
+        key: statistics.fmean(h[key] for h in measured if h.get(key) is not None)
+        for key in sorted({k for h in measured for k, v in h.items() if v is not None})
+        if key.startswith(("dynamic_sampling/", "overlong/")) or key == "frac_reward_zero_std"
     }
     del trainer, model
     time_s = sum(meter.times[args.warmup :])
@@ -276,11 +374,17 @@ def run_once(kind: str, args: argparse.Namespace, dims: dict, tokenizer, dataset
         "groups_generated": generated,
         "groups_trained": trained,
         "peak_memory_gib": None if peak is None else peak / 2**30,
+        "heldout_accuracy": accuracy,
         "metrics": metrics,
     }
 
 
-def format_report(results: dict[str, dict]) -> str:
+def ratio(a: float, b: float) -> str:
+    """`a / b` to 3 decimals, or `n/a` when `b` is 0 (a pretrained model may have no informative group at all)."""
+    return f"{a / b:.3f}" if b else "n/a"
+
+
+def format_report(results: dict[str, dict], before: float | None = None) -> str:
     lines = [
         "| trainer | steps/s | completion tokens/s | informative groups trained/s | groups generated/step "
         "| groups trained/step | peak GPU memory (GiB) |",
@@ -299,13 +403,19 @@ def format_report(results: dict[str, dict]) -> str:
     lines.append(
         f"DAPO / GRPO ratio: steps/s {dapo['steps_per_s'] / grpo['steps_per_s']:.3f}, completion tokens/s "
         f"{dapo['tokens_per_s'] / grpo['tokens_per_s']:.3f}, informative groups trained/s "
-        f"{dapo['informative_groups_per_s'] / grpo['informative_groups_per_s']:.3f}"
+        f"{ratio(dapo['informative_groups_per_s'], grpo['informative_groups_per_s'])}"
         + (
             ""
             if grpo["peak_memory_gib"] is None
             else f", peak GPU memory {dapo['peak_memory_gib'] / grpo['peak_memory_gib']:.3f}"
         )
     )
+    if before is not None:
+        lines.append("")
+        lines.append(
+            f"Held-out accuracy (avg@k): before training {before:.4f}, after GRPOTrainer "
+            f"{results['GRPO']['heldout_accuracy']:.4f}, after DAPOTrainer {results['DAPO']['heldout_accuracy']:.4f}"
+        )
     lines.append("")
     lines.append("Dynamic-sampling metrics (mean over the measured steps):")
     for key, value in results["DAPO"]["metrics"].items():
@@ -325,11 +435,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=16, help="Prompts (groups) per optimizer step.")
     parser.add_argument("--num-generations", type=int, default=8, help="Group size G.")
     parser.add_argument("--prompt-length", type=int, default=128, help="Prompt length in tokens.")
-    parser.add_argument("--max-completion-length", type=int, default=256, help="Completion length in tokens.")
+    parser.add_argument(
+        "--max-completion-length", type=int, default=None, help="Default 256 (random model), 128 (real model)."
+    )
     parser.add_argument("--no-checkpointing", action="store_true", help="Turn activation checkpointing off.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the model and data.")
+    real = parser.add_argument_group("real-model mode")
+    real.add_argument(
+        "--real-model",
+        default=None,
+        metavar="DIR",
+        help="Train this converted SmolLM2-135M-Instruct folder (scripts/get_smollm2.py) on word problems.",
+    )
+    real.add_argument("--heldout", type=int, default=64, help="Held-out problems for the accuracy (real model).")
+    real.add_argument("--eval-k", type=int, default=4, help="Samples per held-out problem (real model).")
+    real.add_argument("--max-rounds", type=int, default=3, help="DAPO's dynamic_sampling_max_rounds (real model).")
+    real.add_argument("--learning-rate", type=float, default=None, help="Default 1e-6 (random model), 2e-6 (real).")
     args = parser.parse_args(argv)
-    if args.tiny:
+    if args.learning_rate is None:
+        args.learning_rate = 2e-6 if args.real_model else 1e-6
+    if args.max_completion_length is None:  # the base model rambles past 128 tokens on about half its completions
+        args.max_completion_length = 128 if args.real_model else 256
+    if args.tiny and args.real_model:
+        args.steps, args.warmup, args.prompts, args.num_generations = 1, 0, 2, 4
+        args.max_completion_length, args.heldout, args.eval_k, args.max_rounds = 16, 4, 2, 2
+    elif args.tiny:
         args.steps, args.warmup, args.prompts, args.num_generations = 2, 1, 4, 4
         args.prompt_length, args.max_completion_length = 12, 8
     if args.cpu:
@@ -348,26 +478,41 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
     start = time.perf_counter()
 
     dims = TINY if args.tiny else QWEN25_05B
-    tokenizer = build_tokenizer(dims["vocab_size"])
-    dataset = make_dataset(max(512, 8 * args.prompts * (args.warmup + args.steps)), args.prompt_length)
+    # enough prompts that no step of either trainer (DAPO draws up to max_rounds x prompts) sees one twice
+    size = max(512, 8 * args.prompts * (args.warmup + args.steps))
     with tempfile.TemporaryDirectory() as output_dir:
         check_same_settings(build_config("GRPO", args, output_dir), build_config("DAPO", args, output_dir))
-    probe = build_model(dims, tokenizer, dtype=dtype, device="meta", seed=args.seed)
-    num_params = sum(p.numel() for p in probe.parameters())
-    del probe
+    before, heldout = None, None
+    if args.real_model:
+        from transformers import AutoTokenizer
 
-    results = {kind: run_once(kind, args, dims, tokenizer, dataset, device, dtype) for kind in KINDS}
+        tokenizer = AutoTokenizer.from_pretrained(args.real_model)
+        dataset = make_word_problems(size, seed=args.seed, split="train")
+        heldout = make_word_problems(args.heldout, seed=args.seed, split="test")
+        base = load_real_model(args.real_model, dtype=dtype, device=device)
+        num_params = sum(p.numel() for p in base.parameters())
+        before = heldout_accuracy(base, tokenizer, heldout, args)
+        del base
+        shape = "SmolLM2-135M-Instruct (pretrained)"
+    else:
+        tokenizer = build_tokenizer(dims["vocab_size"])
+        dataset = make_dataset(size, args.prompt_length)
+        probe = build_model(dims, tokenizer, dtype=dtype, device="meta", seed=args.seed)
+        num_params = sum(p.numel() for p in probe.parameters())
+        del probe
+        shape = ("tiny Qwen2" if args.tiny else "Qwen2.5-0.5B shape") + ", random weights"
+
+    results = {kind: run_once(kind, args, dims, tokenizer, dataset, device, dtype, heldout) for kind in KINDS}
 
     where = "CPU" if args.cpu else f"{torch.cuda.get_device_name()} (CUDA)"
-    shape = "tiny Qwen2" if args.tiny else "Qwen2.5-0.5B shape"
+    prompts = "chat-format word problems" if args.real_model else f"prompts of {args.prompt_length} tokens"
     print(
-        f"GPU step check: {shape} ({num_params:,} parameters, random weights), {str(dtype).split('.')[-1]}, "
-        f"{where}; {args.prompts} prompts x G={args.num_generations} per step, "
-        f"prompts of {args.prompt_length} tokens, "
+        f"GPU step check: {shape} ({num_params:,} parameters), {str(dtype).split('.')[-1]}, "
+        f"{where}; {args.prompts} prompts x G={args.num_generations} per step, {prompts}, "
         f"up to {args.max_completion_length} completion tokens; {args.warmup} warm-up + {args.steps} measured steps; "
         f"transformers generation; torch {torch.__version__}\n"
     )
-    print(format_report(results))
+    print(format_report(results, before))
     print(f"({time.perf_counter() - start:.0f} s)")
     return results
 

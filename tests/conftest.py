@@ -4,6 +4,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -22,3 +24,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_slow)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(request) -> Path:
+    """SmolLM2-135M-Instruct as a converted folder (tests marked `real_model`); skips with the reason when absent."""
+    from _real_model import smollm2_folder
+
+    return smollm2_folder(Path(request.config.cache.mkdir("smollm2-135m-instruct")))

@@ -64,6 +64,26 @@ COVERED: dict[str, tuple[str, ...]] = {
     '"full DAPO (defaults)" "full DAPO + prompt skipping"': (
         "tests/test_ablation.py::test_quick_run_writes_table_and_png",
     ),
+    # docs/real_model.md: the converter (the tier's fixture runs it), the tier, and the real model through the main job
+    "python scripts/get_smollm2.py --output models/SmolLM2-135M-Instruct": (
+        "tests/test_real_model.py::test_converted_folder_loads_like_a_hub_checkpoint",
+    ),
+    "accelerate launch examples/train_math.py --model_name_or_path models/SmolLM2-135M-Instruct --dataset_name "
+    "my_problems.jsonl --conversational true --output_dir outputs/my-run": (
+        "tests/test_real_model.py::test_train_math_flags_and_the_evaluation_cli_agree_on_the_real_model",
+    ),
+    "python -m dapo_trl.evaluation --model outputs/my-run --dataset heldout.jsonl": (
+        "tests/test_real_model.py::test_train_math_flags_and_the_evaluation_cli_agree_on_the_real_model",
+    ),
+    "python -m pytest -m real_model": (
+        "tests/test_real_model.py::test_dynamic_sampling_refills_and_shapes_real_rambling_completions",
+    ),
+    "python -m pytest -m real_model --run-slow": (
+        "tests/test_real_model.py::test_resume_reproduces_the_uninterrupted_run",
+    ),
+    "DAPO_TRL_SMOLLM2=models/SmolLM2-135M-Instruct python -m pytest -m real_model --run-slow": (
+        "tests/test_real_model.py::test_a_folder_that_is_not_converted_fails_the_tier_instead_of_skipping_it",
+    ),
     # docs/development.md
     "make test-fast": ("tests/test_doc_commands.py::test_make_test_fast_selects_the_tests_without_a_tiny_model",),
     "make lint": (".ci/run",),

@@ -94,3 +94,44 @@ def test_fetch_script_lists_the_wheels_it_would_download():
         assert any(p.startswith(name) for p in packages), name
     assert any(p.startswith("datasets==") for p in packages)
     assert not any(p.split("=")[0] in ("torch", "transformers", "accelerate", "peft") for p in packages)
+
+
+def test_word_problems_are_distinct_chat_prompts_and_the_splits_are_disjoint():
+    gpu_step = load_gpu_step()
+    train = gpu_step.make_word_problems(200, seed=0, split="train")
+    test = gpu_step.make_word_problems(40, seed=0, split="test")
+    texts = {
+        split: [row["prompt"][0]["content"] for row in data] for split, data in (("train", train), ("test", test))
+    }
+    assert len(set(texts["train"])) == 200 and len(set(texts["test"])) == 40
+    assert not set(texts["train"]) & set(texts["test"])
+    assert all(row["prompt"][0]["role"] == "user" and int(row["answer"]) >= 0 for row in train)
+    assert gpu_step.make_word_problems(5, seed=0, split="test")["answer"] == test["answer"][:5]  # seeded
+    with pytest.raises(ValueError, match="split"):
+        gpu_step.make_word_problems(1, seed=0, split="valid")
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_cpu_tiny_mode_trains_smollm2_with_both_trainers(capsys, smollm2_dir):
+    gpu_step = load_gpu_step()
+    results = gpu_step.main(["--cpu", "--tiny", "--real-model", str(smollm2_dir)])
+    out = capsys.readouterr().out
+    assert "SmolLM2-135M-Instruct (pretrained) (134,515,008 parameters)" in out
+    for kind in gpu_step.KINDS:
+        (line,) = [ln for ln in out.splitlines() if ln.startswith(f"| {gpu_step.LABELS[kind]} |")]
+        steps_per_s, tokens_per_s = (float(c) for c in line.strip("|").split("|")[1:3])
+        assert steps_per_s == pytest.approx(results[kind]["steps_per_s"], abs=5e-5) and tokens_per_s > 0  # 4 decimals
+    accuracy = re.search(r"before training ([\d.]+), after GRPOTrainer ([\d.]+), after DAPOTrainer ([\d.]+)", out)
+    assert accuracy, out
+    assert float(accuracy.group(2)) == pytest.approx(results["GRPO"]["heldout_accuracy"], abs=1e-4)
+    assert float(accuracy.group(3)) == pytest.approx(results["DAPO"]["heldout_accuracy"], abs=1e-4)
+    assert all(0 <= float(a) <= 1 for a in accuracy.groups())
+    # DAPO's mechanisms acted on the real completions: overlong metrics logged, dynamic sampling ran
+    metrics = dict(re.findall(r"^  ([\w/]+): ([-\d.]+)$", out, flags=re.M))
+    assert "overlong/truncated_ratio" in metrics and float(metrics["dynamic_sampling/rounds"]) >= 1
+
+
+def test_a_ratio_over_zero_informative_groups_reads_na():
+    gpu_step = load_gpu_step()
+    assert gpu_step.ratio(3.0, 2.0) == "1.500" and gpu_step.ratio(1.0, 0.0) == "n/a"

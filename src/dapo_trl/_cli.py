@@ -75,6 +75,10 @@ def check_model_path(flag: str, value: str) -> str | None:
         if not any(os.path.isfile(os.path.join(value, name)) for name in ("config.json", "adapter_config.json")):
             return f"{flag} {value}: the folder holds no config.json, so it is not a saved model."
         return None
+    if os.path.isfile(value) and value.lower().endswith(".gguf"):
+        from ._validate import GGUF_ADVICE
+
+        return f"{flag} {value} is a GGUF file, which TRL cannot train from: {GGUF_ADVICE}."
     if os.path.exists(value):
         return (
             f"{flag} {value} is a file; give the folder a model was saved to (save_pretrained / trainer.save_model)."

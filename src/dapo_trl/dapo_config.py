@@ -10,7 +10,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from ._validate import check_settings
+from ._validate import check_settings, gguf_problem
 from .preemption import STOP_POINTS
 from .sampling import STRATEGIES
 
@@ -294,6 +294,7 @@ class DAPOConfig(GRPOConfig):
             check_settings(self)
             _check_positive_counts(self)
             super().__post_init__()
+            self._check_gguf()
             self._check_clipping()
             self._check_overlong()
             self._check_dynamic_sampling()
@@ -305,6 +306,13 @@ class DAPOConfig(GRPOConfig):
             if error.args and isinstance(error.args[0], str):
                 error.args = (error.args[0] + default_notes(error.args[0], self), *error.args[1:])
             raise
+
+    def _check_gguf(self) -> None:
+        problem = gguf_problem(
+            model_init_kwargs=self.model_init_kwargs if isinstance(self.model_init_kwargs, dict) else None
+        )
+        if problem:
+            raise ValueError(problem[0].upper() + problem[1:])
 
     def _check_clipping(self) -> None:
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):

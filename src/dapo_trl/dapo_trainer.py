@@ -45,6 +45,7 @@ from ._dataset_checks import (
     warn_duplicates,
 )
 from ._dynamic_sampling import DynamicSamplingMixin
+from ._validate import gguf_problem
 from .advantages import compute_advantages
 from .console import DefaultsNoticeCallback
 from .dapo_config import DAPOConfig
@@ -155,6 +156,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             args = DAPOConfig(f"{str(name).split('/')[-1] or 'model'}-DAPO")
         elif not isinstance(args, DAPOConfig):
             args = _to_dapo_config(args)
+        problem = gguf_problem(model=model)
+        if problem:
+            raise ValueError(problem[0].upper() + problem[1:])
         if reward_funcs is not None:
             check_reward_funcs(reward_funcs)
         prompts = check_train_dataset(train_dataset, args, environment_factory is not None)
