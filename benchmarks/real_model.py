@@ -199,58 +199,66 @@ def score(completions: Sequence[str], answers: Sequence[str]) -> tuple[list[bool
     return correct, formatted
 
 
-def binomial_se(p: float, n: int) -> float:
-    return math.sqrt(p * (1 - p) / n) if n else float("nan")
-
-
-def paired_difference(after: Sequence[bool], before: Sequence[bool]) -> tuple[float, float]:
-    """Mean per-problem change in correctness and its standard error (the same problems scored twice)."""
-    diffs = [int(a) - int(b) for a, b in zip(after, before, strict=True)]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    var = sum((d - mean) ** 2 for d in diffs) / max(1, n - 1)
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error (sample standard deviation / sqrt(n)); for 0/1 values, the binomial SE."""
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / max(1, n - 1)
     return mean, math.sqrt(var / n)
 
 
-def evaluate_model(model: Any, tokenizer: Any, dataset: Any, *, max_new_tokens: int, batch_size: int) -> dict:
+def paired_difference(after: Sequence[float], before: Sequence[float]) -> tuple[float, float]:
+    """Mean per-problem change in accuracy and its standard error (the same problems scored twice)."""
+    return mean_se([float(a) - float(b) for a, b in zip(after, before, strict=True)])
+
+
+def evaluate_model(
+    model: Any, tokenizer: Any, dataset: Any, *, max_new_tokens: int, batch_size: int, num_samples: int = 0
+) -> dict:
     """
-    Greedy completion of every held-out prompt at the training length cap. Lengths are in tokens (the completion
-    re-encoded); a completion of `max_new_tokens` tokens or more ran into the cap without an end of turn.
+    Held-out evaluation at the training length cap: the greedy completion of every prompt (`num_samples=0`), or
+    `num_samples` completions sampled at T=1 (avg@k, fixed seed). `correct` holds each problem's accuracy; the standard
+    error is that of their mean. Lengths are in tokens (the completion re-encoded); a completion of `max_new_tokens`
+    tokens or more ran into the cap without an end of turn.
     """
     from dapo_trl.evaluation import sample_completions
 
     started = time.perf_counter()
+    k = max(1, num_samples)
     state = torch.get_rng_state()  # evaluating must not move a training run's random stream
     try:
         groups = sample_completions(
             model,
             tokenizer,
             dataset["prompt"],
-            k=1,
+            k=k,
             max_new_tokens=max_new_tokens,
-            do_sample=False,
-            batch_size=batch_size,
+            do_sample=num_samples > 0,
+            batch_size=max(1, batch_size // k),
+            seed=1234,
         )
     finally:
         torch.set_rng_state(state)
-    completions = [g[0] for g in groups]
-    correct, formatted = score(completions, dataset["answer"])
+    completions = [c for group in groups for c in group]
+    answers = [a for a in dataset["answer"] for _ in range(k)]
+    correct, formatted = score(completions, answers)
+    per_problem = [sum(correct[i * k : (i + 1) * k]) / k for i in range(len(groups))]
     lengths = [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]
-    n = len(completions)
-    accuracy = sum(correct) / n
+    accuracy, se = mean_se(per_problem)
     by_steps = {}
     for steps in sorted(set(dataset["steps"])):
-        picked = [c for c, s in zip(correct, dataset["steps"], strict=True) if s == steps]
+        picked = [c for c, s in zip(per_problem, dataset["steps"], strict=True) if s == steps]
         by_steps[f"accuracy/{steps}_step"] = sum(picked) / len(picked)
     return {
-        "n": n,
+        "n": len(groups),
+        "samples": num_samples,
         "accuracy": accuracy,
-        "accuracy_se": binomial_se(accuracy, n),
+        "accuracy_se": se,
         **by_steps,
-        "format_rate": sum(formatted) / n,
-        "mean_length": sum(lengths) / n,
-        "truncated_frac": sum(length >= max_new_tokens for length in lengths) / n,
-        "correct": correct,
+        "format_rate": sum(formatted) / len(completions),
+        "mean_length": sum(lengths) / len(lengths),
+        "truncated_frac": sum(length >= max_new_tokens for length in lengths) / len(lengths),
+        "correct": per_problem,
         "examples": completions[:4],
         "seconds": time.perf_counter() - started,
     }
@@ -279,21 +287,51 @@ def build_tiny(folder: Path) -> str:
     return str(folder)
 
 
-def load(folder: str) -> tuple[Any, Any]:
+def load(folder: str, *, train_layers: int | None = None) -> tuple[Any, Any]:
+    """Model and tokenizer of `folder`; with `train_layers`, only the top `train_layers` decoder layers and the final
+    norm stay trainable (see [`freeze_below`])."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    if train_layers is not None:
+        freeze_below(model, train_layers)
     return model, tokenizer
 
 
+def freeze_below(model: Any, train_layers: int) -> int:
+    """
+    Freeze the embeddings (tied to the output head) and every decoder layer but the top `train_layers`; return the
+    number of trainable parameters. Backward then stops at the lowest trainable layer, which roughly halves a step on
+    CPU; both arms and the warm-up train the same parameters.
+    """
+    layers = model.model.layers
+    if not 0 < train_layers <= len(layers):
+        raise ValueError(f"train_layers must be in 1..{len(layers)}, got {train_layers}.")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for layer in layers[len(layers) - train_layers :]:
+        layer.requires_grad_(True)
+    model.model.norm.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def warmup_key(args: argparse.Namespace) -> str:
-    fields = (args.model, args.seed, args.train_size, args.sft_steps, args.sft_batch_size, args.sft_lr, args.two_step)
+    fields = (
+        args.model,
+        args.seed,
+        args.train_size,
+        args.sft_steps,
+        args.sft_batch_size,
+        args.sft_lr,
+        args.two_step,
+        args.train_layers,
+    )
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:10]
 
 
 def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
-    """The warmed-up model's folder and its held-out evaluation, computed once per settings and cached."""
+    """The warmed-up model's folder (trained once per settings and cached) and its record."""
     from dapo_trl.evaluation import encode_prompts
     from dapo_trl.toy import warmup_sft
 
@@ -302,7 +340,7 @@ def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
     if record.exists():
         return str(folder), json.loads(record.read_text())
     torch.manual_seed(args.seed)
-    model, tokenizer = load(args.model)
+    model, tokenizer = load(args.model, train_layers=args.train_layers)
     train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
     texts, _ = encode_prompts(tokenizer, train_set["prompt"])
     started = time.perf_counter()
@@ -323,13 +361,33 @@ def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    report = evaluate_model(
-        model, tokenizer, held_out(args), max_new_tokens=args.max_completion_length, batch_size=args.eval_batch_size
-    )
-    logger.info(f"warmed-up model: held-out accuracy {report['accuracy']:.3f} in {report['seconds']:.0f} s")
-    result = {"seconds": seconds, "losses": losses, "eval": report}
+    result = {"seconds": seconds, "losses": losses}
     record.write_text(json.dumps(result))
     return str(folder), result
+
+
+def eval_key(args: argparse.Namespace) -> str:
+    fields = (args.test_size, args.eval_samples, args.max_completion_length)
+    return hashlib.sha1(repr(fields).encode()).hexdigest()[:8]
+
+
+def warmed_up_eval(args: argparse.Namespace, warm_dir: str) -> dict:
+    """The warmed-up model's held-out evaluation, computed once per evaluation settings."""
+    path = Path(warm_dir) / f"eval-{eval_key(args)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    model, tokenizer = load(warm_dir)
+    report = evaluate_model(
+        model,
+        tokenizer,
+        held_out(args),
+        max_new_tokens=args.max_completion_length,
+        batch_size=args.eval_batch_size,
+        num_samples=args.eval_samples,
+    )
+    logger.info(f"warmed-up model: held-out accuracy {report['accuracy']:.3f} in {report['seconds']:.0f} s")
+    path.write_text(json.dumps(report))
+    return report
 
 
 def held_out(args: argparse.Namespace) -> Any:
@@ -433,12 +491,12 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("dapo_trl").setLevel(logging.ERROR)
     torch.manual_seed(args.seed)
-    model, tokenizer = load(warm_dir)
+    model, tokenizer = load(warm_dir, train_layers=args.train_layers)
     train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
     test_set = held_out(args)
     budget = args.budget_tokens
     marks = sorted(f * budget for f in args.eval_fractions if f < 1)
-    path = Path(args.cache_dir) / f"arm-{arm}-{warmup_key(args)}.json"
+    path = arm_path(args, arm)
     record: dict = {"arm": arm, "name": ARM_NAMES[arm], "budget_tokens": budget, "curve": [], "stopped_by": None}
     started = time.perf_counter()
 
@@ -456,6 +514,7 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
             test_set,
             max_new_tokens=args.max_completion_length,
             batch_size=args.eval_batch_size,
+            num_samples=args.eval_samples,
         )
         trainer.model.train()
         record["curve"].append(
@@ -514,6 +573,10 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
         trainer.remove_callback(PrinterCallback)
         trainer.train()
     return record
+
+
+def arm_path(args: argparse.Namespace, arm: str) -> Path:
+    return Path(args.cache_dir) / f"arm-{arm}-{warmup_key(args)}-{eval_key(args)}.json"
 
 
 def _run_arm_job(job: tuple) -> dict:
@@ -586,10 +649,11 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
 
 def format_table(args: argparse.Namespace, warmup: dict, summary: dict) -> str:
     base = warmup["eval"]
+    sampling = f"avg@{base['samples']} sampled at T=1" if base["samples"] else "greedy"
     lines = [
         f"# DAPO vs naive GRPO on {Path(args.model).name} (CPU)",
         "",
-        f"Held-out: {base['n']} word problems, greedy, cap {args.max_completion_length} tokens, strict `Answer:` "
+        f"Held-out: {base['n']} word problems, {sampling}, cap {args.max_completion_length} tokens, strict `Answer:` "
         f"extraction. Budget: {args.budget_tokens:,} generated tokens per arm. Warm-up: {args.sft_steps} steps x "
         f"{args.sft_batch_size} examples ({warmup['seconds'] / 60:.1f} min).",
         "",
@@ -649,7 +713,7 @@ def plot(warmup: dict, arms: dict[str, dict], path: Path) -> Path | None:
         ys = [base] + [c["accuracy"] for c in curve]
         ax.plot(xs, ys, marker="o", label=ARM_NAMES[arm])
     ax.set_xlabel("generated tokens")
-    ax.set_ylabel("held-out accuracy (greedy)")
+    ax.set_ylabel("held-out accuracy")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -699,6 +763,7 @@ QUICK = {
     "max_completion_length": 16,
     "overlong_buffer_len": 4,
     "eval_batch_size": 8,
+    "train_layers": 1,
 }
 
 
@@ -712,9 +777,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--train-size", type=int, default=2000)
     p.add_argument("--test-size", type=int, default=200)
     p.add_argument("--two-step", type=float, default=0.6, help="share of two-step problems")
-    p.add_argument("--sft-steps", type=int, default=60)
+    p.add_argument("--sft-steps", type=int, default=40)
     p.add_argument("--sft-batch-size", type=int, default=8)
-    p.add_argument("--sft-lr", type=float, default=3e-5)
+    p.add_argument("--sft-lr", type=float, default=5e-5)
+    p.add_argument(
+        "--train-layers", type=int, default=10, help="train only the top N decoder layers (both phases, both arms)"
+    )
     p.add_argument("--lr", type=float, default=1e-5, help="RL learning rate (constant), both arms")
     p.add_argument("--num-generations", type=int, default=8)
     p.add_argument("--prompts-per-step", type=int, default=2, help="prompt groups per optimizer step")
@@ -725,7 +793,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--budget-tokens", type=int, default=6000, help="generated completion tokens per arm")
     p.add_argument("--eval-fractions", type=float, nargs="+", default=[0.5, 1.0])
     p.add_argument("--max-minutes", type=float, default=None, help="also stop an arm after this much wall time")
-    p.add_argument("--eval-batch-size", type=int, default=50)
+    p.add_argument("--eval-samples", type=int, default=0, help="0: greedy; k: avg@k sampled at T=1")
+    p.add_argument("--eval-batch-size", type=int, default=50, help="sequences per generate call")
     p.add_argument("--sequential", action="store_true", help="run the arms one after the other in this process")
     p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "dapo_trl_real_model"))
     p.add_argument("--results-dir", default=str(RESULTS_DIR))
@@ -753,6 +822,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
     warm_dir, warmup = warm_up(args)
+    warmup["eval"] = warmed_up_eval(args, warm_dir)
     if args.phase == "warmup":
         return warmup
     if args.phase == "all":
@@ -765,7 +835,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 list(pool.map(_run_arm_job, jobs))
     arms = {}
     for arm in ARMS:
-        path = Path(args.cache_dir) / f"arm-{arm}-{warmup_key(args)}.json"
+        path = arm_path(args, arm)
         if path.exists():
             arms[arm] = json.loads(path.read_text())
     return report(args, warmup, arms)

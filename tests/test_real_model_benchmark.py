@@ -63,12 +63,13 @@ def test_gold_answers_are_what_the_worked_line_computes_and_targets_score_correc
     assert bench.score(["It is 5."], ["5"]) == ([False], [False])
 
 
-def test_paired_difference_and_binomial_se():
+def test_paired_difference_and_mean_se():
     bench = load_benchmark()
     mean, se = bench.paired_difference([True, True, False, True], [False, True, False, False])
     assert mean == pytest.approx(0.5)
     assert se == pytest.approx((1 / 3) ** 0.5 / 2)  # differences 1, 0, 0, 1: sample variance 1/3
-    assert bench.binomial_se(0.5, 100) == pytest.approx(0.05)
+    mean, se = bench.mean_se([1.0] * 50 + [0.0] * 50)
+    assert mean == 0.5 and se == pytest.approx((0.25 * 100 / 99 / 100) ** 0.5)  # the binomial SE, n-1 corrected
 
 
 @pytest.mark.integration
