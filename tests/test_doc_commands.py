@@ -84,6 +84,12 @@ COVERED: dict[str, tuple[str, ...]] = {
     "DAPO_TRL_SMOLLM2=models/SmolLM2-135M-Instruct python -m pytest -m real_model --run-slow": (
         "tests/test_real_model.py::test_a_folder_that_is_not_converted_fails_the_tier_instead_of_skipping_it",
     ),
+    "OMP_NUM_THREADS=1 python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct": (
+        "tests/test_real_model_benchmark.py::test_quick_run_on_the_real_model",
+    ),
+    "OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick": (
+        "tests/test_real_model_benchmark.py::test_quick_run_on_the_tiny_model_writes_the_table_and_counts_every_generated_token",
+    ),
     # docs/development.md
     "make test-fast": ("tests/test_doc_commands.py::test_make_test_fast_selects_the_tests_without_a_tiny_model",),
     "make lint": (".ci/run",),

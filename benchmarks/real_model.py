@@ -1,0 +1,874 @@
+r"""DAPO against naive GRPO on a real pretrained model (SmolLM2-135M-Instruct), on CPU, on the same token budget.
+
+The toy ablation (`benchmarks/ablation.py`) trains a 0.34M-parameter character model whose completions give DAPO's
+mechanisms little to act on. This benchmark trains a real pretrained instruct model (BPE tokenizer, chat template,
+`<|im_end|>` end of turn) on grade-school arithmetic word problems the script generates, and reports what each
+algorithm buys for the same number of generated tokens.
+
+Protocol:
+
+- Problems: one- and two-step word problems (add, subtract, multiply, share equally; [`make_problem`]), seeded, with
+  integer gold answers. The split is a function of the question text ([`split_of`]), so the training and held-out
+  splits are disjoint. Prompts are chat messages ending with the instruction to finish on a line `Answer: <n>`.
+- Warm-up (cold start): a short supervised pass ([`dapo_trl.toy.warmup_sft`]) on training problems whose target is one
+  worked line then `Answer: <n>` (loss on the completion only, AdamW). It is saved once under `--cache-dir` and both
+  arms start from it.
+- Two arms from the same warmed-up weights, same learning rate, batch, group size, sampling and length cap:
+  - DAPO: `DAPOTrainer` with `DAPOConfig`'s defaults (clip-higher `epsilon_high=0.28`, dynamic sampling, token-level
+    loss, soft overlong punishment, Eq. 13) and `overlong_buffer_len` set so that the penalty zone starts just past
+    the longest well-formed answer: real completions reach it.
+  - naive GRPO: TRL's `GRPOTrainer` with `GRPOConfig`'s defaults for the loss (TRL 1.16: `loss_type="dapo"`,
+    `epsilon=0.2` on both sides), no dynamic sampling, no overlong shaping.
+  - `steps_per_generation` > `gradient_accumulation_steps` (several optimizer steps per rollout), so the probability
+    ratio leaves 1 and clipping acts.
+- Budget: generated completion tokens, counting every token generated for training (dynamic sampling's discarded
+  groups and extra rounds included). An arm stops at the first rollout boundary past the budget (or past
+  `--max-minutes`, which the table then says).
+- Held-out evaluation: greedy decoding, one completion per held-out problem, at the training length cap, scored with
+  the project's math verifier with strict extraction (only an `Answer:` line or a boxed answer counts). Accuracy is
+  reported with its binomial standard error, and each arm's change against the warmed-up model with the standard
+  error of the paired per-problem difference. Evaluations run on the warmed-up model and at fixed fractions of the
+  budget (`--eval-fractions`), so "tokens to reach the best" is read on that grid.
+
+Settings (the defaults): 2,000 training and 200 held-out problems (60% two-step); the top 10 of the 30 decoder layers
+trained (embeddings and the lower 20 layers frozen, in the warm-up and both arms: backward stops there, which about
+halves a step on CPU); warm-up 40 steps x 8 examples, AdamW lr 5e-5 (linear warm-up, cosine decay); RL lr 2e-5
+constant, G=8, 2 prompt groups per optimizer step, 2 optimizer steps per rollout (`steps_per_generation=2`,
+`gradient_accumulation_steps=1`), T=1, `max_completion_length=40` with `overlong_buffer_len=8` (the longest well-formed
+answer is 31 tokens, so the penalty zone starts just past it), `dynamic_sampling_max_rounds=4`, budget 8,000 generated
+tokens per arm, evaluations at half and all of it.
+
+Result (`benchmarks/results/real_model.md`; one seed; 2 shared cores, load average 4-12 from other jobs):
+
+| model | gen. tokens | optimizer steps | held-out accuracy (SE) | change (paired SE) | 1-step | 2-step | mean length |
+|---|---:|---:|---|---|---:|---:|---:|
+| warmed-up | 0 | 0 | 0.330 (0.033) | - | 0.356 | 0.315 | 23.6 |
+| DAPO | 8,443 | 6 | 0.340 (0.034) | +0.010 (0.030) | 0.493 | 0.252 | 21.8 |
+| naive GRPO | 8,394 | 24 | 0.295 (0.032) | -0.035 (0.036) | 0.644 | 0.094 | 17.1 |
+
+- The goal (DAPO above the warmed-up model by more than two standard errors) is not met: neither arm's overall change
+  is distinguishable from zero. Both moved accuracy between the problem kinds instead: the warmed-up model often adds
+  a spurious second step to one-step problems; GRPO learned to stop after one step (one-step 0.36 -> 0.64, two-step
+  0.31 -> 0.09, mean length 23.6 -> 17.1 tokens), DAPO moved the same way, less (0.49 / 0.25).
+- On the same tokens DAPO took 6 optimizer steps to GRPO's 24: its adaptive first round drew 14 groups to fill 4
+  (56% informative), and the surplus is discarded without carry-over, so 96 of its 344 completions were trained on.
+- The mechanisms acted: on the second update of each rollout 0.2% of tokens were clipped high and 0.5% low (means over
+  all steps, the first update of a rollout clips nothing by construction); 3.6-5.8% of training completions hit the
+  40-token cap and the overlong penalty averaged -0.06 to -0.08 per completion; GRPO's 0.0% / 0.17%.
+- Wall time: warm-up 14.3 min, warmed-up evaluation 4.4 min, then the two arms concurrently (DAPO 25.2 min, GRPO
+  30.1 min, held-out evaluations included): ~50 min in all.
+
+Launch:
+```
+python scripts/get_smollm2.py --output models/SmolLM2-135M-Instruct
+OMP_NUM_THREADS=1 python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct   # warm-up, then both arms
+OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick              # CI smoke: tiny local model, seconds
+OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick --model models/SmolLM2-135M-Instruct   # 1 rollout per arm
+python benchmarks/real_model.py --phase report --model models/SmolLM2-135M-Instruct   # table from what was written
+```
+The two arms run concurrently in two processes (one thread each). Each arm writes its record after every evaluation
+(`--cache-dir`), so `--phase report` renders the table from a run that was stopped early. Results go to
+`benchmarks/results/real_model.{md,json,png}` (`--quick`: `real_model_quick.*`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+logger = logging.getLogger("real_model")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MODEL_ENV = "DAPO_TRL_SMOLLM2"
+ARMS = ("dapo", "grpo")
+ARM_NAMES = {"dapo": "DAPO", "grpo": "naive GRPO"}
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Word problems
+# ---------------------------------------------------------------------------------------------------------------------
+
+NAMES = ("Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jo", "Kim", "Leo", "Mia", "Noah", "Omar")
+ITEMS = ("apples", "marbles", "stickers", "books", "coins", "pencils", "cards", "shells", "eggs", "stamps")
+SYSTEM_PROMPT = "Solve the math problem."
+INSTRUCTION = "End with a line `Answer: <n>`."
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    question: str
+    answer: int
+    work: str  # one worked line, e.g. "12 + 7 = 19, 19 - 5 = 14."
+    steps: int
+
+
+def make_problem(rng: random.Random, steps: int) -> Problem:
+    """One word problem of `steps` (1 or 2) arithmetic operations, with its integer answer and a worked line."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    r = rng.randint
+    if steps == 1:
+        kind = rng.choice(("add", "sub", "mul", "div"))
+        if kind == "add":
+            a, b = r(5, 60), r(2, 40)
+            q = f"{name} has {a} {item}. {name} gets {b} more. How many {item} does {name} have now?"
+            return Problem(q, a + b, f"{a} + {b} = {a + b}.", 1)
+        if kind == "sub":
+            a = r(12, 90)
+            b = r(2, a - 1)
+            q = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
+            return Problem(q, a - b, f"{a} - {b} = {a - b}.", 1)
+        if kind == "mul":
+            a, b = r(2, 9), r(2, 12)
+            q = f"{name} buys {a} bags with {b} {item} in each bag. How many {item} does {name} buy?"
+            return Problem(q, a * b, f"{a} * {b} = {a * b}.", 1)
+        k, each = r(2, 9), r(2, 12)
+        q = f"{name} shares {k * each} {item} equally among {k} friends. How many {item} does each friend get?"
+        return Problem(q, each, f"{k * each} / {k} = {each}.", 1)
+    if steps != 2:
+        raise ValueError(f"steps must be 1 or 2, got {steps}.")
+    kind = rng.choice(("add_sub", "mul_sub", "mul_add", "add_div"))
+    if kind == "add_sub":
+        a, b = r(5, 60), r(2, 40)
+        c = r(1, a + b - 1)
+        s = a + b
+        q = f"{name} has {a} {item}, gets {b} more, then gives away {c}. How many {item} does {name} have now?"
+        return Problem(q, s - c, f"{a} + {b} = {s}, {s} - {c} = {s - c}.", 2)
+    if kind == "mul_sub":
+        a, b = r(2, 9), r(2, 12)
+        p = a * b
+        c = r(1, p - 1)
+        q = f"{name} buys {a} bags with {b} {item} in each bag, then gives away {c}. How many {item} are left?"
+        return Problem(q, p - c, f"{a} * {b} = {p}, {p} - {c} = {p - c}.", 2)
+    if kind == "mul_add":
+        a, b, c = r(2, 9), r(2, 12), r(2, 30)
+        p = a * b
+        q = f"{name} has {c} {item} and buys {a} bags with {b} {item} in each bag. How many {item} does {name} have?"
+        return Problem(q, p + c, f"{a} * {b} = {p}, {p} + {c} = {p + c}.", 2)
+    k, each = r(2, 6), r(2, 12)
+    total = k * each
+    a = r(1, total - 1)
+    b = total - a
+    q = (
+        f"{name} has {a} {item} and finds {b} more, then shares them equally among {k} friends. "
+        f"How many {item} does each friend get?"
+    )
+    return Problem(q, each, f"{a} + {b} = {total}, {total} / {k} = {each}.", 2)
+
+
+def split_of(question: str) -> str:
+    """`"test"` for about one question in five (by a hash of its text), else `"train"`: the splits are disjoint."""
+    return "test" if int(hashlib.sha1(question.encode()).hexdigest(), 16) % 5 == 0 else "train"
+
+
+def chat_prompt(question: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"{question}\n{INSTRUCTION}"},
+    ]
+
+
+def make_word_problems(n: int, *, seed: int, split: str, two_step_frac: float = 0.6) -> Any:
+    """
+    `n` distinct word problems of `split` (`"train"` or `"test"`) as a `datasets.Dataset` with columns `prompt` (chat
+    messages), `answer` (the integer as a string), `target` (the warm-up's completion: worked line, then `Answer: <n>`)
+    and `steps` (1 or 2). A share `two_step_frac` of the problems have two steps.
+    """
+    from datasets import Dataset
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+    rng = random.Random(f"{seed}-{split}")
+    rows: dict[str, list] = {"prompt": [], "answer": [], "target": [], "steps": []}
+    seen: set[str] = set()
+    attempts = 0
+    while len(seen) < n:
+        attempts += 1
+        if attempts > 200 * n:
+            raise RuntimeError(f"could not draw {n} distinct {split} problems")
+        problem = make_problem(rng, 2 if rng.random() < two_step_frac else 1)
+        if problem.question in seen or split_of(problem.question) != split:
+            continue
+        seen.add(problem.question)
+        rows["prompt"].append(chat_prompt(problem.question))
+        rows["answer"].append(str(problem.answer))
+        rows["target"].append(f"{problem.work}\nAnswer: {problem.answer}")
+        rows["steps"].append(problem.steps)
+    return Dataset.from_dict(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Held-out evaluation
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def score(completions: Sequence[str], answers: Sequence[str]) -> tuple[list[bool], list[bool]]:
+    """Per completion: correct (the verifier, strict extraction) and formatted (a final answer could be extracted)."""
+    from dapo_trl.verifier import extract_answer, score_completion
+
+    correct = [bool(score_completion(c, a, extraction="strict")) for c, a in zip(completions, answers, strict=True)]
+    formatted = [extract_answer(c, extraction="strict") is not None for c in completions]
+    return correct, formatted
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error (sample standard deviation / sqrt(n)); for 0/1 values, the binomial SE."""
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / max(1, n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def paired_difference(after: Sequence[float], before: Sequence[float]) -> tuple[float, float]:
+    """Mean per-problem change in accuracy and its standard error (the same problems scored twice)."""
+    return mean_se([float(a) - float(b) for a, b in zip(after, before, strict=True)])
+
+
+def evaluate_model(
+    model: Any, tokenizer: Any, dataset: Any, *, max_new_tokens: int, batch_size: int, num_samples: int = 0
+) -> dict:
+    """
+    Held-out evaluation at the training length cap: the greedy completion of every prompt (`num_samples=0`), or
+    `num_samples` completions sampled at T=1 (avg@k, fixed seed). `correct` holds each problem's accuracy; the standard
+    error is that of their mean. Lengths are in tokens (the completion re-encoded); a completion of `max_new_tokens`
+    tokens or more ran into the cap without an end of turn.
+    """
+    from dapo_trl.evaluation import sample_completions
+
+    started = time.perf_counter()
+    k = max(1, num_samples)
+    state = torch.get_rng_state()  # evaluating must not move a training run's random stream
+    try:
+        groups = sample_completions(
+            model,
+            tokenizer,
+            dataset["prompt"],
+            k=k,
+            max_new_tokens=max_new_tokens,
+            do_sample=num_samples > 0,
+            batch_size=max(1, batch_size // k),
+            seed=1234,
+        )
+    finally:
+        torch.set_rng_state(state)
+    completions = [c for group in groups for c in group]
+    answers = [a for a in dataset["answer"] for _ in range(k)]
+    correct, formatted = score(completions, answers)
+    per_problem = [sum(correct[i * k : (i + 1) * k]) / k for i in range(len(groups))]
+    lengths = [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]
+    accuracy, se = mean_se(per_problem)
+    by_steps = {}
+    for steps in sorted(set(dataset["steps"])):
+        picked = [c for c, s in zip(per_problem, dataset["steps"], strict=True) if s == steps]
+        by_steps[f"accuracy/{steps}_step"] = sum(picked) / len(picked)
+    return {
+        "n": len(groups),
+        "samples": num_samples,
+        "accuracy": accuracy,
+        "accuracy_se": se,
+        **by_steps,
+        "format_rate": sum(formatted) / len(completions),
+        "mean_length": sum(lengths) / len(lengths),
+        "truncated_frac": sum(length >= max_new_tokens for length in lengths) / len(lengths),
+        "correct": per_problem,
+        "examples": completions[:4],
+        "seconds": time.perf_counter() - started,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model, tokenizer, warm-up
+# ---------------------------------------------------------------------------------------------------------------------
+
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+
+def build_tiny(folder: Path) -> str:
+    """A tiny random model with a character tokenizer and a chat template, for `--quick` without a real model."""
+    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+
+    if not (folder / "config.json").exists():
+        tokenizer = build_char_tokenizer(model_max_length=512)
+        tokenizer.chat_template = TINY_CHAT_TEMPLATE
+        model = build_tiny_model(tokenizer, max_position_embeddings=512, seed=0)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def load(folder: str, *, train_layers: int | None = None) -> tuple[Any, Any]:
+    """Model and tokenizer of `folder`; with `train_layers`, only the top `train_layers` decoder layers and the final
+    norm stay trainable (see [`freeze_below`])."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    if train_layers is not None:
+        freeze_below(model, train_layers)
+    return model, tokenizer
+
+
+def freeze_below(model: Any, train_layers: int) -> int:
+    """
+    Freeze the embeddings (tied to the output head) and every decoder layer but the top `train_layers`; return the
+    number of trainable parameters. Backward then stops at the lowest trainable layer, which roughly halves a step on
+    CPU; both arms and the warm-up train the same parameters.
+    """
+    layers = model.model.layers
+    if not 0 < train_layers <= len(layers):
+        raise ValueError(f"train_layers must be in 1..{len(layers)}, got {train_layers}.")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for layer in layers[len(layers) - train_layers :]:
+        layer.requires_grad_(True)
+    model.model.norm.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def warmup_key(args: argparse.Namespace) -> str:
+    fields = (
+        args.model,
+        args.seed,
+        args.train_size,
+        args.sft_steps,
+        args.sft_batch_size,
+        args.sft_lr,
+        args.two_step,
+        args.train_layers,
+    )
+    return hashlib.sha1(repr(fields).encode()).hexdigest()[:10]
+
+
+def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
+    """The warmed-up model's folder (trained once per settings and cached) and its record."""
+    from dapo_trl.evaluation import encode_prompts
+    from dapo_trl.toy import warmup_sft
+
+    folder = Path(args.cache_dir) / f"warmup-{warmup_key(args)}"
+    record = folder / "warmup.json"
+    if record.exists():
+        return str(folder), json.loads(record.read_text())
+    torch.manual_seed(args.seed)
+    model, tokenizer = load(args.model, train_layers=args.train_layers)
+    train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
+    texts, _ = encode_prompts(tokenizer, train_set["prompt"])
+    started = time.perf_counter()
+    losses = warmup_sft(
+        model,
+        tokenizer,
+        train_set.remove_columns("prompt").add_column("prompt", texts),  # the chat template rendered, as TRL does
+        steps=args.sft_steps,
+        batch_size=args.sft_batch_size,
+        lr=args.sft_lr,
+        seed=args.seed,
+        warmup_steps=max(1, args.sft_steps // 10),
+        stop_accuracy=None,
+        progress=False,
+    )
+    seconds = time.perf_counter() - started
+    logger.info(f"warm-up: {args.sft_steps} steps in {seconds:.0f} s, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    result = {"seconds": seconds, "losses": losses}
+    record.write_text(json.dumps(result))
+    return str(folder), result
+
+
+def eval_key(args: argparse.Namespace) -> str:
+    fields = (args.test_size, args.eval_samples, args.max_completion_length)
+    return hashlib.sha1(repr(fields).encode()).hexdigest()[:8]
+
+
+def warmed_up_eval(args: argparse.Namespace, warm_dir: str) -> dict:
+    """The warmed-up model's held-out evaluation, computed once per evaluation settings."""
+    path = Path(warm_dir) / f"eval-{eval_key(args)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    model, tokenizer = load(warm_dir)
+    report = evaluate_model(
+        model,
+        tokenizer,
+        held_out(args),
+        max_new_tokens=args.max_completion_length,
+        batch_size=args.eval_batch_size,
+        num_samples=args.eval_samples,
+    )
+    logger.info(f"warmed-up model: held-out accuracy {report['accuracy']:.3f} in {report['seconds']:.0f} s")
+    path.write_text(json.dumps(report))
+    return report
+
+
+def held_out(args: argparse.Namespace) -> Any:
+    return make_word_problems(args.test_size, seed=args.seed, split="test", two_step_frac=args.two_step)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One RL arm
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def arm_config(args: argparse.Namespace, arm: str, output_dir: str) -> Any:
+    """DAPOConfig's defaults (DAPO) or GRPOConfig's (naive GRPO), on the same batch, sampling and length cap."""
+    from trl import GRPOConfig
+
+    from dapo_trl import DAPOConfig
+
+    shared = {
+        "output_dir": output_dir,
+        "use_cpu": True,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "logging_steps": 1,
+        "seed": args.seed,
+        "max_steps": 100_000,  # the token budget stops training (see `BudgetCallback`)
+        "learning_rate": args.lr,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "num_generations": args.num_generations,
+        "per_device_train_batch_size": args.prompts_per_step * args.num_generations,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": args.updates_per_rollout,
+        "num_iterations": 1,
+        "max_completion_length": args.max_completion_length,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "beta": 0.0,
+        "log_completions": False,
+    }
+    if arm == "dapo":
+        return DAPOConfig(
+            **shared,
+            overlong_buffer_len=args.overlong_buffer_len,
+            dynamic_sampling_max_rounds=args.max_rounds,
+            diagnostics=False,
+        )
+    return GRPOConfig(**shared)
+
+
+# What the mechanisms did, per optimizer step (TRL's and DAPOTrainer's metric names).
+LOGGED = (
+    "reward",
+    "entropy",
+    "clip_ratio/high_mean",
+    "clip_ratio/low_mean",
+    "clip_ratio/region_mean",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "frac_reward_zero_std",
+    "overlong/penalty_mean",
+    "overlong/penalised_ratio",
+    "overlong/truncated_ratio",
+    "dynamic_sampling/informative_frac",
+    "dynamic_sampling/rounds",
+)
+
+
+def counting(trainer_cls: type) -> type:
+    class Counting(trainer_cls):
+        """Counts every training completion and token generated (all dynamic-sampling rounds included)."""
+
+        generated_completions = 0
+        generated_tokens = 0
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            if self.model.training:
+                self.generated_completions += len(completion_ids_list)
+                self.generated_tokens += sum(len(ids) for ids in completion_ids_list)
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    Counting.__name__ = f"Counting{trainer_cls.__name__}"
+    return Counting
+
+
+def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
+    """Train `arm` from the warmed-up weights until the token budget is spent; evaluate on the grid; return the record."""
+    import tempfile
+
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from transformers.utils import logging as hf_logging
+    from trl import GRPOTrainer
+
+    from dapo_trl import DAPOTrainer, MathVerifierReward
+
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("dapo_trl").setLevel(logging.ERROR)
+    torch.manual_seed(args.seed)
+    model, tokenizer = load(warm_dir, train_layers=args.train_layers)
+    train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
+    test_set = held_out(args)
+    budget = args.budget_tokens
+    marks = sorted(f * budget for f in args.eval_fractions if f < 1)
+    path = arm_path(args, arm)
+    record: dict = {"arm": arm, "name": ARM_NAMES[arm], "budget_tokens": budget, "curve": [], "stopped_by": None}
+    started = time.perf_counter()
+
+    def history() -> list[dict]:
+        return [
+            {k: v for k, v in entry.items() if k in LOGGED or k == "step"}
+            for entry in trainer.state.log_history
+            if "loss" in entry or "reward" in entry
+        ]
+
+    def checkpoint(step: int) -> None:
+        report = evaluate_model(
+            trainer.model,
+            tokenizer,
+            test_set,
+            max_new_tokens=args.max_completion_length,
+            batch_size=args.eval_batch_size,
+            num_samples=args.eval_samples,
+        )
+        trainer.model.train()
+        record["curve"].append(
+            {
+                "step": step,
+                "tokens": trainer.generated_tokens,
+                "completions": trainer.generated_completions,
+                "train_seconds": time.perf_counter() - started,
+                **report,
+            }
+        )
+        record.update(
+            steps=step,
+            tokens=trainer.generated_tokens,
+            completions=trainer.generated_completions,
+            seconds=time.perf_counter() - started,
+            history=history(),
+        )
+        path.write_text(json.dumps(record))
+        logger.info(
+            f"{ARM_NAMES[arm]}: step {step}, {trainer.generated_tokens} tokens, held-out accuracy "
+            f"{report['accuracy']:.3f} ({report['seconds']:.0f} s to evaluate)"
+        )
+
+    class BudgetCallback(TrainerCallback):
+        """Evaluate when the tokens pass each mark; stop at the first rollout boundary past the budget or the time."""
+
+        def on_step_end(self, train_args, state, control, **kwargs):
+            boundary = state.global_step % train_args.steps_per_generation == 0
+            logger.info(
+                f"{ARM_NAMES[arm]}: step {state.global_step} done, {trainer.generated_tokens} tokens, "
+                f"{time.perf_counter() - started:.0f} s"
+            )
+            if not boundary:
+                return
+            over_time = args.max_minutes is not None and time.perf_counter() - started > 60 * args.max_minutes
+            if trainer.generated_tokens >= budget or over_time:
+                record["stopped_by"] = "budget" if trainer.generated_tokens >= budget else "time"
+                control.should_training_stop = True
+                checkpoint(state.global_step)
+            elif marks and trainer.generated_tokens >= marks[0]:
+                while marks and trainer.generated_tokens >= marks[0]:
+                    marks.pop(0)
+                checkpoint(state.global_step)
+
+    trainer_cls = counting(DAPOTrainer if arm == "dapo" else GRPOTrainer)
+    with tempfile.TemporaryDirectory() as output_dir:
+        trainer = trainer_cls(
+            model=model,
+            reward_funcs=MathVerifierReward(answer_column="answer", num_workers=1),
+            args=arm_config(args, arm, output_dir),
+            train_dataset=train_set,
+            processing_class=tokenizer,
+            callbacks=[BudgetCallback()],
+        )
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+    return record
+
+
+def arm_path(args: argparse.Namespace, arm: str) -> Path:
+    return Path(args.cache_dir) / f"arm-{arm}-{warmup_key(args)}-{eval_key(args)}.json"
+
+
+def _run_arm_job(job: tuple) -> dict:
+    args, arm, warm_dir = job
+    return run_arm(args, arm, warm_dir)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Summary
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def mean_of(history: Sequence[dict], key: str) -> float | None:
+    values = [h[key] for h in history if key in h and h[key] is not None and not math.isnan(h[key])]
+    return sum(values) / len(values) if values else None
+
+
+def thirds(history: Sequence[dict], key: str) -> list[float | None]:
+    """Mean of `key` over the first, middle and last third of the optimizer steps."""
+    n = len(history)
+    cuts = [0, n // 3, 2 * n // 3, n]
+    return [mean_of(history[cuts[i] : cuts[i + 1]], key) for i in range(3)]
+
+
+def summarize(warmup: dict, arms: dict[str, dict]) -> dict:
+    """Per arm: the final and best checkpoints, the change against the warmed-up model, and the mechanisms' metrics."""
+    base = warmup["eval"]
+    out: dict = {}
+    for arm, record in arms.items():
+        curve = record.get("curve") or []
+        if not curve:
+            continue
+        final = curve[-1]
+        best = max(curve, key=lambda c: (c["accuracy"], -c["tokens"]))
+        diff, diff_se = paired_difference(final["correct"], base["correct"])
+        history = record.get("history", [])
+        informative = (
+            mean_of(history, "dynamic_sampling/informative_frac")
+            if arm == "dapo"
+            else (1 - z if (z := mean_of(history, "frac_reward_zero_std")) is not None else None)
+        )
+        out[arm] = {
+            "name": record["name"],
+            "steps": record["steps"],
+            "tokens": record["tokens"],
+            "completions": record["completions"],
+            "seconds": record["seconds"],
+            "stopped_by": record["stopped_by"],
+            "final": {k: v for k, v in final.items() if k not in ("correct", "examples")},
+            "best_accuracy": best["accuracy"],
+            "best_tokens": best["tokens"],
+            "gain": diff,
+            "gain_se": diff_se,
+            "clip_high": mean_of(history, "clip_ratio/high_mean"),
+            "clip_low": mean_of(history, "clip_ratio/low_mean"),
+            "overlong_penalty_thirds": thirds(history, "overlong/penalty_mean"),
+            "truncated_thirds": thirds(history, "completions/clipped_ratio"),
+            "informative": informative,
+            "rounds": mean_of(history, "dynamic_sampling/rounds"),
+            "entropy_thirds": thirds(history, "entropy"),
+        }
+    return out
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def format_table(args: argparse.Namespace, warmup: dict, summary: dict) -> str:
+    base = warmup["eval"]
+    sampling = f"avg@{base['samples']} sampled at T=1" if base["samples"] else "greedy"
+    lines = [
+        f"# DAPO vs naive GRPO on {Path(args.model).name} (CPU)",
+        "",
+        f"Held-out: {base['n']} word problems, {sampling}, cap {args.max_completion_length} tokens, strict `Answer:` "
+        f"extraction. Budget: {args.budget_tokens:,} generated tokens per arm. Warm-up: {args.sft_steps} steps x "
+        f"{args.sft_batch_size} examples ({warmup['seconds'] / 60:.1f} min).",
+        "",
+        "| model | gen. tokens | steps | accuracy (SE) | change vs warm-up (paired SE) | 1-step | 2-step | format | "
+        "mean length | truncated | best accuracy @ tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| warmed-up | 0 | 0 | {base['accuracy']:.3f} ({base['accuracy_se']:.3f}) | - | "
+        f"{_fmt(base.get('accuracy/1_step'))} | {_fmt(base.get('accuracy/2_step'))} | {base['format_rate']:.3f} | "
+        f"{base['mean_length']:.1f} | {base['truncated_frac']:.3f} | - |",
+    ]
+    for arm in ARMS:
+        if arm not in summary:
+            continue
+        s, f = summary[arm], summary[arm]["final"]
+        stop = "" if s["stopped_by"] == "budget" else f" (stopped: {s['stopped_by'] or 'unfinished'})"
+        lines.append(
+            f"| {s['name']}{stop} | {s['tokens']:,} | {s['steps']} | {f['accuracy']:.3f} ({f['accuracy_se']:.3f}) | "
+            f"{s['gain']:+.3f} ({s['gain_se']:.3f}) | {_fmt(f.get('accuracy/1_step'))} | "
+            f"{_fmt(f.get('accuracy/2_step'))} | {f['format_rate']:.3f} | {f['mean_length']:.1f} | "
+            f"{f['truncated_frac']:.3f} | {s['best_accuracy']:.3f} @ {s['best_tokens']:,} |"
+        )
+    lines += [
+        "",
+        "What the mechanisms did (means over the optimizer steps; thirds = first / middle / last third of the steps):",
+        "",
+        "| arm | clipped high | clipped low | informative groups | rounds per step | overlong penalty (thirds) | "
+        "truncated in training (thirds) | entropy (thirds) | wall time |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in ARMS:
+        if arm not in summary:
+            continue
+        s = summary[arm]
+        lines.append(
+            f"| {s['name']} | {_fmt(s['clip_high'], '.4%')} | {_fmt(s['clip_low'], '.4%')} | "
+            f"{_fmt(s['informative'])} | {_fmt(s['rounds'], '.2f')} | "
+            f"{' / '.join(_fmt(v) for v in s['overlong_penalty_thirds'])} | "
+            f"{' / '.join(_fmt(v) for v in s['truncated_thirds'])} | "
+            f"{' / '.join(_fmt(v) for v in s['entropy_thirds'])} | {s['seconds'] / 60:.1f} min |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(warmup: dict, arms: dict[str, dict], path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    base = warmup["eval"]
+    for arm, record in arms.items():
+        curve = record.get("curve") or []
+        xs = [0] + [c["tokens"] for c in curve]
+        ys = [base["accuracy"]] + [c["accuracy"] for c in curve]
+        errors = [base["accuracy_se"]] + [c["accuracy_se"] for c in curve]
+        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=ARM_NAMES[arm])
+    ax.set_xlabel("generated tokens")
+    ax.set_ylabel("held-out accuracy (+- 1 SE)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def report(args: argparse.Namespace, warmup: dict, arms: dict[str, dict]) -> dict:
+    summary = summarize(warmup, arms)
+    stem = "real_model_quick" if args.quick else "real_model"
+    out_dir = Path(args.results_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = format_table(args, warmup, summary)
+    (out_dir / f"{stem}.md").write_text(table)
+    settings = {k: v for k, v in vars(args).items() if k not in ("cache_dir", "results_dir", "phase", "sequential")}
+    warm_eval = {k: v for k, v in warmup["eval"].items() if k != "correct"}
+    curves = {
+        arm: [{k: v for k, v in c.items() if k != "correct"} for c in record.get("curve", [])]
+        for arm, record in arms.items()
+    }
+    payload = {
+        "settings": settings,
+        "warmup": {"seconds": warmup["seconds"], "eval": warm_eval},
+        "summary": summary,
+        "curves": curves,
+    }
+    (out_dir / f"{stem}.json").write_text(json.dumps(payload, indent=1))
+    if not args.quick:
+        plot(warmup, arms, out_dir / f"{stem}.png")
+    print(table)
+    return payload
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------------------------------
+
+QUICK = {
+    "train_size": 64,
+    "test_size": 8,
+    "sft_steps": 2,
+    "sft_batch_size": 4,
+    "num_generations": 4,
+    "prompts_per_step": 1,
+    "budget_tokens": 1,
+    "eval_fractions": [1.0],
+    "max_completion_length": 16,
+    "overlong_buffer_len": 4,
+    "eval_batch_size": 8,
+    "train_layers": 1,
+}
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=os.environ.get(MODEL_ENV), help=f"converted model folder (or ${MODEL_ENV})")
+    p.add_argument("--quick", action="store_true", help="CI smoke: tiny sizes (a tiny random model without --model)")
+    p.add_argument("--phase", choices=("all", "warmup", "report"), default="all")
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-size", type=int, default=2000)
+    p.add_argument("--test-size", type=int, default=200)
+    p.add_argument("--two-step", type=float, default=0.6, help="share of two-step problems")
+    p.add_argument("--sft-steps", type=int, default=40)
+    p.add_argument("--sft-batch-size", type=int, default=8)
+    p.add_argument("--sft-lr", type=float, default=5e-5)
+    p.add_argument(
+        "--train-layers", type=int, default=10, help="train only the top N decoder layers (both phases, both arms)"
+    )
+    p.add_argument("--lr", type=float, default=2e-5, help="RL learning rate (constant), both arms")
+    p.add_argument("--num-generations", type=int, default=8)
+    p.add_argument("--prompts-per-step", type=int, default=2, help="prompt groups per optimizer step")
+    p.add_argument("--updates-per-rollout", type=int, default=2, help="steps_per_generation (GA is 1)")
+    p.add_argument("--max-completion-length", type=int, default=40)
+    p.add_argument("--overlong-buffer-len", type=int, default=8)
+    p.add_argument("--max-rounds", type=int, default=4, help="dynamic_sampling_max_rounds")
+    p.add_argument("--budget-tokens", type=int, default=8000, help="generated completion tokens per arm")
+    p.add_argument("--eval-fractions", type=float, nargs="+", default=[0.5, 1.0])
+    p.add_argument("--max-minutes", type=float, default=45, help="also stop an arm after this much wall time")
+    p.add_argument("--eval-samples", type=int, default=0, help="0: greedy; k: avg@k sampled at T=1")
+    p.add_argument("--eval-batch-size", type=int, default=50, help="sequences per generate call")
+    p.add_argument("--sequential", action="store_true", help="run the arms one after the other in this process")
+    p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "dapo_trl_real_model"))
+    p.add_argument("--results-dir", default=str(RESULTS_DIR))
+    args = p.parse_args(argv)
+    if args.quick:
+        given = {
+            a.lstrip("-").split("=")[0].replace("-", "_")
+            for a in (sys.argv[1:] if argv is None else argv)
+            if a.startswith("--")
+        }
+        for key, value in QUICK.items():
+            if key not in given:
+                setattr(args, key, value)
+        args.sequential = True
+        if args.model is None:
+            args.model = build_tiny(Path(args.cache_dir) / "tiny-chat-model")
+    if args.model is None:
+        p.error(f"--model (or ${MODEL_ENV}): a folder written by scripts/get_smollm2.py")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    torch.set_num_threads(1)
+    args = parse_args(argv)
+    Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
+    warm_dir, warmup = warm_up(args)
+    warmup["eval"] = warmed_up_eval(args, warm_dir)
+    if args.phase == "warmup":
+        return warmup
+    if args.phase == "all":
+        jobs = [(args, arm, warm_dir) for arm in args.arms]
+        if args.sequential:
+            for job in jobs:
+                _run_arm_job(job)
+        else:
+            with ProcessPoolExecutor(max_workers=len(jobs), mp_context=get_context("spawn")) as pool:
+                list(pool.map(_run_arm_job, jobs))
+    arms = {}
+    for arm in ARMS:
+        path = arm_path(args, arm)
+        if path.exists():
+            arms[arm] = json.loads(path.read_text())
+    return report(args, warmup, arms)
+
+
+if __name__ == "__main__":
+    main()

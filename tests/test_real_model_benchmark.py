@@ -1,0 +1,135 @@
+"""The real-model benchmark: its word problems, its statistics, and `--quick` end to end (tiny model; real model when
+installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "real_model.py"
+MODEL_ENV = "DAPO_TRL_SMOLLM2"
+
+
+def load_benchmark():
+    if "real_model_benchmark" in sys.modules:
+        return sys.modules["real_model_benchmark"]
+    spec = importlib.util.spec_from_file_location("real_model_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["real_model_benchmark"] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_word_problems_are_seeded_and_the_splits_disjoint():
+    bench = load_benchmark()
+    train = bench.make_word_problems(300, seed=0, split="train")
+    test = bench.make_word_problems(100, seed=0, split="test")
+    again = bench.make_word_problems(100, seed=0, split="test")
+    assert test["prompt"] == again["prompt"] and test["answer"] == again["answer"]
+    questions = {p[-1]["content"] for p in train["prompt"]}
+    held_out = {p[-1]["content"] for p in test["prompt"]}
+    assert len(questions) == 300 and len(held_out) == 100
+    assert not questions & held_out
+    assert set(train["steps"]) == {1, 2}
+    for prompt in train["prompt"][:5]:
+        assert prompt[0]["role"] == "system" and prompt[1]["role"] == "user"
+        assert prompt[1]["content"].endswith(bench.INSTRUCTION)
+
+
+def test_gold_answers_are_what_the_worked_line_computes_and_targets_score_correct():
+    bench = load_benchmark()
+    data = bench.make_word_problems(200, seed=3, split="train")
+    for target, answer, steps in zip(data["target"], data["answer"], data["steps"], strict=True):
+        work, answer_line = target.split("\n")
+        assert answer_line == f"Answer: {answer}"
+        equations = re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", work)
+        assert len(equations) == steps
+        for a, op, b, result in equations:
+            assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b), "/": int(a) / int(b)}[op] == int(
+                result
+            )
+        assert int(equations[-1][3]) == int(answer) >= 0
+    correct, formatted = bench.score(data["target"], data["answer"])
+    assert all(correct) and all(formatted)
+    # strict extraction: a bare number is not an answer
+    assert bench.score(["It is 5."], ["5"]) == ([False], [False])
+
+
+def test_paired_difference_and_mean_se():
+    bench = load_benchmark()
+    mean, se = bench.paired_difference([True, True, False, True], [False, True, False, False])
+    assert mean == pytest.approx(0.5)
+    assert se == pytest.approx((1 / 3) ** 0.5 / 2)  # differences 1, 0, 0, 1: sample variance 1/3
+    mean, se = bench.mean_se([1.0] * 50 + [0.0] * 50)
+    assert mean == 0.5 and se == pytest.approx((0.25 * 100 / 99 / 100) ** 0.5)  # the binomial SE, n-1 corrected
+
+
+@pytest.mark.integration
+def test_quick_run_on_the_tiny_model_writes_the_table_and_counts_every_generated_token(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop(MODEL_ENV, None)
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--results-dir",
+            str(tmp_path),
+        ],
+        check=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
+    table = (tmp_path / "real_model_quick.md").read_text()
+    assert "| warmed-up |" in table and "| DAPO |" in table and "| naive GRPO |" in table
+    payload = json.loads((tmp_path / "real_model_quick.json").read_text())
+    dapo, grpo = payload["summary"]["dapo"], payload["summary"]["grpo"]
+    rollout = 1 * 4 * 2  # --quick: 1 prompt group of 4 per step, 2 steps per rollout
+    assert grpo["completions"] == rollout
+    # The tiny random model is never right, so every DAPO group is discarded and dynamic sampling runs all its rounds:
+    # the discarded rounds count against the budget.
+    assert dapo["completions"] > rollout
+    assert dapo["rounds"] == pytest.approx(4.0)
+    assert dapo["tokens"] > grpo["tokens"] > 0
+    assert payload["warmup"]["eval"]["n"] == 8
+
+
+@pytest.mark.slow
+def test_quick_run_on_the_real_model(tmp_path):
+    model = os.environ.get(MODEL_ENV)
+    if not model or not (Path(model) / "config.json").is_file():
+        pytest.skip(
+            f"SmolLM2-135M-Instruct not installed: set {MODEL_ENV} to a folder written by scripts/get_smollm2.py"
+        )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--model",
+            model,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--results-dir",
+            str(tmp_path),
+        ],
+        check=True,
+        env=env,
+        cwd=ROOT,
+        timeout=1800,
+    )
+    payload = json.loads((tmp_path / "real_model_quick.json").read_text())
+    assert set(payload["summary"]) == {"dapo", "grpo"}
+    assert payload["warmup"]["eval"]["mean_length"] > 0
