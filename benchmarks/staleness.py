@@ -163,9 +163,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> StalenessProbe:
     args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    # Quiet while measuring, then restore: tests run this in-process.
+    hf_level, ours = hf_logging.get_verbosity(), logging.getLogger("dapo_trl")
+    our_level = ours.level
     hf_logging.set_verbosity_error()
-    logging.getLogger("dapo_trl").setLevel(logging.ERROR)
-    trainer = run(args)
+    ours.setLevel(logging.ERROR)
+    try:
+        trainer = run(args)
+    finally:
+        hf_logging.set_verbosity(hf_level)
+        ours.setLevel(our_level)
     staleness = [
         h["dynamic_sampling/carried_staleness"]
         for h in trainer.state.log_history
