@@ -133,7 +133,7 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
     from dapo_trl.dapo_config import DAPOConfig
     from dapo_trl.dapo_trainer import DAPOTrainer
     from dapo_trl.sampling import PromptStream, RoundPlanner
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset, toy_reward
+    from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset
 
     ds = load_benchmark("dynamic_sampling")
     rate, seed, steps, max_rounds = 0.1, 0, 8, 2
@@ -171,9 +171,13 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
         dynamic_sampling_max_rounds=max_rounds,
         dynamic_sampling_max_round_prompts=16,  # small rounds, so the script reaches every case below
     )
+    def distinct_reward(completions, **kwargs):
+        """Never constant, so that the scripted verdicts alone decide (a constant reward would end refills early)."""
+        return [float(i) for i in range(len(completions))]
+
     trainer = ScriptedVerdicts(
         model=build_tiny_model(tokenizer, hidden_size=32, num_heads=2),
-        reward_funcs=[toy_reward],
+        reward_funcs=[distinct_reward],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,

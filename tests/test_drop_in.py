@@ -201,10 +201,10 @@ def test_reward_metric_reflects_reward_weights_as_in_trl(trainer_cls, model_dir,
     if trainer_cls is GRPOTrainer:
         assert len(calls) == steps
     else:
-        # A few rounds until the reward shows itself constant (64 completions), then one round of one prompt per step:
-        # 72 generation calls of one prompt here, where 10 rounds a step made several hundred.
+        # A few rounds until the reward shows itself constant (64 completions; each round is one call of all its
+        # prompts), then one round of one prompt per step: 53 calls here, where 10 rounds a step made several hundred.
         assert len(calls) <= 1.5 * steps
-        assert set(calls) == {3}
+        assert sum(calls[:3]) >= 64 and set(calls[3:]) == {3}
 
 
 # A GRPO recipe as a project keeps it (open-r1 style: model, data and trainer settings in one file).

@@ -154,6 +154,9 @@ def test_constant_reward_watch_needs_enough_completions_of_one_value():
     copy.load_state_dict(watch.state_dict())
     assert copy.established and copy.update(torch.tensor([[1.0, float("nan")]]))  # unscored rows are ignored
     assert not copy.update(torch.tensor([[1.0, 0.0]])) and copy.value is None  # a round with two values resets it
+    assert copy.update(torch.full((2, 8), 1.0))
+    # a round whose groups were kept anyway (a selection deciding on other grounds) resets it too
+    assert not copy.update(torch.full((2, 8), 1.0), found_informative=True) and copy.value is None
 
 
 def facts(**overrides) -> UnderfillFacts:

@@ -267,7 +267,8 @@ class DynamicSamplingMixin:
         if self._skip_policy is not None:
             self._skip_policy.record(scored.indices, classes, step=self.state.global_step, informative=informative)
         self._planner.update(len(scored.indices), int(informative.sum()))
-        self._constant_watch.update(values)  # every round, so that its state is the same after a resume
+        # every round, so that its state is the same after a resume
+        self._constant_watch.update(values, found_informative=bool(informative.any()))
         step.ended_constant = self._filter_looks_constant() and not bool(informative.any())
 
         # Number informative groups in generation order, continuing the count of earlier rounds.

@@ -129,13 +129,17 @@ class ConstantRewardWatch:
         """Whether the rounds seen so far already show a reward that gives every completion the same value."""
         return self.value is not None and self.completions >= self.min_completions and self.groups >= self.min_groups
 
-    def update(self, values: torch.Tensor) -> bool:
-        """Record a round's filter values `(num_groups, G)` (`NaN`: unscored); `True` when the refill should end."""
+    def update(self, values: torch.Tensor, *, found_informative: bool = False) -> bool:
+        """
+        Record a round's filter values `(num_groups, G)` (`NaN`: unscored); `True` when the refill should end.
+        `found_informative`: the selection kept groups of this round anyway (a `select_informative_groups` that decides
+        on other grounds), so its values say nothing about what more rounds can find; it restarts the count.
+        """
         scored = values[~torch.isnan(values)]
         if scored.numel() == 0:
             return False  # nothing scored: the all-None rule ends the refill
         first = scored[0].item()
-        if not bool((scored == first).all()):
+        if found_informative or not bool((scored == first).all()):
             self.value, self.completions, self.groups = None, 0, 0
             return False
         if self.value != first:
