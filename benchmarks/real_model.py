@@ -800,33 +800,48 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=os.environ.get(MODEL_ENV), help=f"converted model folder (or ${MODEL_ENV})")
     p.add_argument("--quick", action="store_true", help="CI smoke: tiny sizes (a tiny random model without --model)")
-    p.add_argument("--phase", choices=("all", "warmup", "report"), default="all")
-    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--train-size", type=int, default=2000)
-    p.add_argument("--test-size", type=int, default=200)
+    p.add_argument(
+        "--phase",
+        choices=("all", "warmup", "report"),
+        default="all",
+        help="warmup: warm up and evaluate only; report: report the arms saved in the cache; all: also train the arms",
+    )
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="arms to train")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data, the warm-up and the arms")
+    p.add_argument("--train-size", type=int, default=2000, help="training problems")
+    p.add_argument("--test-size", type=int, default=200, help="held-out problems")
     p.add_argument("--two-step", type=float, default=0.6, help="share of two-step problems")
-    p.add_argument("--sft-steps", type=int, default=40)
-    p.add_argument("--sft-batch-size", type=int, default=8)
-    p.add_argument("--sft-lr", type=float, default=5e-5)
+    p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps")
+    p.add_argument("--sft-batch-size", type=int, default=8, help="warm-up batch size")
+    p.add_argument("--sft-lr", type=float, default=5e-5, help="warm-up learning rate")
     p.add_argument(
         "--train-layers", type=int, default=10, help="train only the top N decoder layers (both phases, both arms)"
     )
     p.add_argument("--lr", type=float, default=2e-5, help="RL learning rate (constant), both arms")
-    p.add_argument("--num-generations", type=int, default=8)
+    p.add_argument("--num-generations", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--prompts-per-step", type=int, default=2, help="prompt groups per optimizer step")
     p.add_argument("--updates-per-rollout", type=int, default=2, help="steps_per_generation (GA is 1)")
-    p.add_argument("--max-completion-length", type=int, default=40)
-    p.add_argument("--overlong-buffer-len", type=int, default=8)
+    p.add_argument("--max-completion-length", type=int, default=40, help="completion token cap")
+    p.add_argument("--overlong-buffer-len", type=int, default=8, help="DAPO's overlong buffer (L_cache)")
     p.add_argument("--max-rounds", type=int, default=4, help="dynamic_sampling_max_rounds")
     p.add_argument("--budget-tokens", type=int, default=8000, help="generated completion tokens per arm")
-    p.add_argument("--eval-fractions", type=float, nargs="+", default=[0.5, 1.0])
+    p.add_argument(
+        "--eval-fractions",
+        type=float,
+        nargs="+",
+        default=[0.5, 1.0],
+        help="fractions of the token budget at which to evaluate",
+    )
     p.add_argument("--max-minutes", type=float, default=45, help="also stop an arm after this much wall time")
     p.add_argument("--eval-samples", type=int, default=0, help="0: greedy; k: avg@k sampled at T=1")
     p.add_argument("--eval-batch-size", type=int, default=50, help="sequences per generate call")
     p.add_argument("--sequential", action="store_true", help="run the arms one after the other in this process")
-    p.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "dapo_trl_real_model"))
-    p.add_argument("--results-dir", default=str(RESULTS_DIR))
+    p.add_argument(
+        "--cache-dir",
+        default=str(Path.home() / ".cache" / "dapo_trl_real_model"),
+        help="where the warmed-up model is kept",
+    )
+    p.add_argument("--results-dir", default=str(RESULTS_DIR), help="where the table, json and plot go")
     args = p.parse_args(argv)
     if args.quick:
         given = {

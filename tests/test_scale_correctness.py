@@ -144,14 +144,14 @@ def kind_of(prompt: str) -> str:
 
 
 def test_no_generation_call_holds_more_than_one_generation_batch(tmp_path, monkeypatch):
-    sizes = []
-    original = GRPOTrainer._generate_and_score_completions
+    sizes = []  # rows of each generation call (a round is scored in one TRL call, generated in chunks)
+    original = GRPOTrainer._generate_single_turn
 
-    def spy(self, inputs):
-        sizes.append(len(inputs))
-        return original(self, inputs)
+    def spy(self, prompt_ids, *args, **kwargs):
+        sizes.append(len(prompt_ids))
+        return original(self, prompt_ids, *args, **kwargs)
 
-    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", spy)
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", spy)
     trainer = make(tmp_path, max_steps=2, dynamic_sampling_margin=8.0)  # a large margin asks for big rounds
     trainer.train()
     rounds = sum(logged(trainer, "dynamic_sampling/rounds"))
@@ -366,7 +366,9 @@ def test_a_constant_reward_is_named_with_its_value(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         trainer.train()
     assert "'constant_reward' returned the same value 0.5 for all" in caplog.text
-    assert "were all-correct" in caplog.text  # the too-easy/too-hard message reports the measured fractions
+    # the underfill warning names the constant filter reward as the cause, with the groups as they were
+    assert "gave every completion of this batch the same value 0.5" in caplog.text
+    assert "were all-correct" not in caplog.text and "too easy" not in caplog.text
 
 
 @pytest.mark.parametrize("level", ["sequence", "token"])
