@@ -41,8 +41,8 @@ python benchmarks/gpu_step.py --real-model models/SmolLM2-135M-Instruct --cpu --
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
+import importlib.util
 import logging
 import math
 import os
@@ -53,6 +53,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -60,11 +61,16 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
-from transformers.trainer_callback import PrinterCallback  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
 
-from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward  # noqa: E402
+from dapo_trl import DAPOConfig, MathVerifierReward  # noqa: E402
+
+# benchmarks/overhead.py's side-by-side settings and training loop, loaded from its path (not by `import overhead`)
+# so that this file imports both as a script and when a test loads it from its path
+_spec = importlib.util.spec_from_file_location("overhead", Path(__file__).with_name("overhead.py"))
+overhead = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(overhead)
 
 KINDS = ("GRPO", "DAPO")
 LABELS = {"GRPO": 'GRPOTrainer (loss_type="dapo")', "DAPO": "DAPOTrainer + dynamic sampling"}
@@ -272,30 +278,14 @@ class StepMeter(TrainerCallback):
 
 
 def shared_settings(args: argparse.Namespace, output_dir: str) -> dict:
-    """Every setting both trainers get."""
-    return dict(
-        output_dir=output_dir,
+    """Every setting both trainers get: `benchmarks/overhead.py`'s, on this run's device and learning rate."""
+    return overhead.shared_settings(
+        args,
+        output_dir,
         use_cpu=args.cpu,
         bf16=not args.cpu,
         activation_checkpointing=not args.no_checkpointing,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=args.seed,
-        max_steps=args.warmup + args.steps,
         learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        per_device_train_batch_size=args.prompts * args.num_generations,
-        gradient_accumulation_steps=1,
-        num_generations=args.num_generations,
-        max_completion_length=args.max_completion_length,
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
-        beta=0.0,
-        temperature=1.0,
     )
 
 
@@ -313,17 +303,6 @@ def build_config(kind: str, args: argparse.Namespace, output_dir: str) -> GRPOCo
     return DAPOConfig(**settings, dynamic_sampling=True)
 
 
-def check_same_settings(grpo: GRPOConfig, dapo: DAPOConfig) -> None:
-    """Every `GRPOConfig` field must hold the same value in both configs."""
-    differ = [
-        f.name
-        for f in dataclasses.fields(GRPOConfig)
-        if getattr(grpo, f.name) != getattr(dapo, f.name) and f.name not in ("output_dir", "logging_dir")
-    ]
-    if differ:
-        raise RuntimeError(f"GRPOConfig and DAPOConfig differ in {differ}: the comparison would not be like for like.")
-
-
 def run_once(
     kind: str, args: argparse.Namespace, dims: dict, tokenizer, dataset, device: str, dtype, heldout=None
 ) -> dict:
@@ -339,17 +318,9 @@ def run_once(
     meter = StepMeter(reward, cuda)
     with tempfile.TemporaryDirectory() as output_dir:
         config = build_config(kind, args, output_dir)
-        trainer_class = GRPOTrainer if kind == "GRPO" else DAPOTrainer
-        trainer = trainer_class(
-            model=model,
-            reward_funcs=[reward],
-            args=config,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            callbacks=[meter],
+        trainer = overhead.train(
+            kind, config, model=model, reward=reward, dataset=dataset, tokenizer=tokenizer, meter=meter
         )
-        trainer.remove_callback(PrinterCallback)  # disable_tqdm would print every log dict
-        trainer.train()
     peak = torch.cuda.max_memory_allocated() if cuda else None
     accuracy = None if heldout is None else heldout_accuracy(trainer.model, tokenizer, heldout, args)
     measured = [h for h in trainer.state.log_history if h.get("step", 0) > args.warmup and "loss" in h]
@@ -481,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
     # enough prompts that no step of either trainer (DAPO draws up to max_rounds x prompts) sees one twice
     size = max(512, 8 * args.prompts * (args.warmup + args.steps))
     with tempfile.TemporaryDirectory() as output_dir:
-        check_same_settings(build_config("GRPO", args, output_dir), build_config("DAPO", args, output_dir))
+        overhead.check_same_settings(build_config("GRPO", args, output_dir), build_config("DAPO", args, output_dir))
     before, heldout = None, None
     if args.real_model:
         from transformers import AutoTokenizer

@@ -35,6 +35,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -79,9 +80,9 @@ class StepTimer(TrainerCallback):
         self._last, self._last_cpu = now, now_cpu
 
 
-def shared_settings(args: argparse.Namespace, output_dir: str) -> dict:
-    """Every setting both trainers get."""
-    return dict(
+def shared_settings(args: argparse.Namespace, output_dir: str, **overrides: Any) -> dict:
+    """Every setting both trainers get; `overrides` replace some of them (`benchmarks/gpu_step.py`: device, rate)."""
+    settings = dict(
         output_dir=output_dir,
         use_cpu=True,
         bf16=False,
@@ -105,6 +106,7 @@ def shared_settings(args: argparse.Namespace, output_dir: str) -> dict:
         beta=0.0,
         temperature=1.0,
     )
+    return settings | overrides
 
 
 def build_config(kind: str, args: argparse.Namespace, output_dir: str) -> GRPOConfig:
@@ -130,23 +132,31 @@ def check_same_settings(grpo: GRPOConfig, dapo: DAPOConfig) -> None:
         raise RuntimeError(f"GRPOConfig and DAPOConfig differ in {differ}: the comparison would not be like for like.")
 
 
+def train(kind: str, config: GRPOConfig, *, model, reward, dataset, tokenizer, meter: TrainerCallback):
+    """Train `kind`'s trainer (`GRPOTrainer` for "GRPO", else `DAPOTrainer`) on `config`, timed by `meter`."""
+    trainer_class = GRPOTrainer if kind == "GRPO" else DAPOTrainer
+    trainer = trainer_class(
+        model=model,
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[meter],
+    )
+    trainer.remove_callback(PrinterCallback)  # disable_tqdm would print every log dict
+    trainer.train()
+    return trainer
+
+
 def run_once(kind: str, args: argparse.Namespace, weights: dict, tokenizer, dataset) -> dict:
     with tempfile.TemporaryDirectory() as output_dir:
         config = build_config(kind, args, output_dir)
         model = build_tiny_model(tokenizer, seed=args.seed)
         model.load_state_dict(weights)
-        trainer_class = GRPOTrainer if kind == "GRPO" else DAPOTrainer
         timer = StepTimer()
-        trainer = trainer_class(
-            model=model,
-            reward_funcs=[toy_reward],
-            args=config,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            callbacks=[timer],
+        trainer = train(
+            kind, config, model=model, reward=toy_reward, dataset=dataset, tokenizer=tokenizer, meter=timer
         )
-        trainer.remove_callback(PrinterCallback)  # disable_tqdm would print every log dict
-        trainer.train()
     history = trainer.state.log_history[args.warmup : args.warmup + args.steps]
 
     def logged(key: str) -> list[float]:

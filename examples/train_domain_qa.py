@@ -30,7 +30,6 @@ accelerate launch examples/train_domain_qa.py --model_name_or_path Qwen/Qwen2.5-
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -47,7 +46,7 @@ from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan
 from dapo_trl.choice import gold_choice, load_choice_dataset
 from dapo_trl.console import training_signal
 from dapo_trl.diagnostics import fired_diagnoses
-from dapo_trl.plotting import plot_training_curves, save_log_history
+from dapo_trl.run_record import save_run_outputs
 
 logger = logging.getLogger("train_domain_qa")
 
@@ -269,20 +268,8 @@ def choice_accuracy(model, tokenizer, dataset, script_args, training_args: DAPOC
 
 def finish(trainer: DAPOTrainer, summary: dict) -> None:
     """Save the model, the metrics log, the curves and the summary; print the summary on one screen."""
-    out = trainer.args.output_dir
-    trainer.save_model(out)
-    if not trainer.accelerator.is_main_process:
+    if not save_run_outputs(trainer, summary):
         return
-    save_log_history(trainer.state.log_history, os.path.join(out, "metrics.jsonl"))
-    try:
-        plot_training_curves(
-            trainer.state.log_history, os.path.join(out, "training_curves.png"), title=summary["task"]
-        )
-    except ImportError:
-        logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png")
-    summary["diagnoses"] = [d.to_dict() for d in fired_diagnoses(trainer)]
-    with open(os.path.join(out, "eval_summary.json"), "w") as f:
-        json.dump(summary, f, indent=2, default=float)
     print(format_summary(trainer, summary))
     print(training_signal(trainer.state.log_history))  # the last line: did the policy move at all?
 

@@ -53,10 +53,8 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
 from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
 from dapo_trl.console import format_summary, training_signal
-from dapo_trl.diagnostics import fired_diagnoses
 from dapo_trl.plan import batch_plan, recipe_advice
-from dapo_trl.plotting import plot_training_curves, save_log_history
-from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
+from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, save_run_outputs, write_run_record
 
 logger = logging.getLogger("train_math")
 
@@ -537,21 +535,10 @@ def use_console(trainer: DAPOTrainer, script_args: MathScriptArguments, *, demo:
 
 def finish(trainer: DAPOTrainer, summary: dict) -> None:
     """Save the model, the metrics log, the curves and the summary; print the summary on one screen."""
-    out = trainer.args.output_dir
-    trainer.save_model(out)  # every process calls it (ZeRO-3 gathers the weights); the Trainer writes once
-    if not trainer.accelerator.is_main_process:  # the global main only: the nodes may share one filesystem
+    if not save_run_outputs(trainer, summary):
         return
-    save_log_history(trainer.state.log_history, os.path.join(out, "metrics.jsonl"))
-    try:
-        plot_training_curves(
-            trainer.state.log_history, os.path.join(out, "training_curves.png"), title=summary["task"]
-        )
-    except ImportError:
-        logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png")
-    summary["diagnoses"] = [d.to_dict() for d in fired_diagnoses(trainer)]
-    with open(os.path.join(out, "eval_summary.json"), "w") as f:
-        json.dump(summary, f, indent=2, default=float)
-    print(format_summary(f"dapo-trl: {summary['task']}", summary_rows(summary, out), trainer.state.log_history))
+    rows = summary_rows(summary, trainer.args.output_dir)
+    print(format_summary(f"dapo-trl: {summary['task']}", rows, trainer.state.log_history))
     print(training_signal(trainer.state.log_history))  # the last line: did the policy move at all?
 
 

@@ -10,6 +10,9 @@ What a training run writes next to its model so that evaluation reads the model 
   seed, reward rule), so that `python -m dapo_trl.evaluation --model RUN_FOLDER` measures what the run measured;
 - `heldout`: for the CPU demo, the name of the held-out file written next to it.
 
+At the end of a run, [`save_run_outputs`] writes the rest of the folder: the model, `metrics.jsonl`,
+`training_curves.png` and `eval_summary.json`.
+
 `python -m dapo_trl.evaluation` reads it from the model folder, or from the folder above (a `checkpoint-N` inside the
 run folder), and uses it for every setting not given on its command line.
 """
@@ -17,9 +20,12 @@ run folder), and uses it for every setting not given on its command line.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 RUN_RECORD_FILE = "dapo_run.json"
 
@@ -86,6 +92,37 @@ def write_run_record(output_dir: str, record: RunRecord) -> str:
         json.dump(record.to_dict(), f, indent=2)
         f.write("\n")
     return path
+
+
+def save_run_outputs(trainer: Any, summary: dict[str, Any]) -> bool:
+    """
+    Save the end of a run into `trainer.args.output_dir`: the model, and on the main process the metrics log
+    (`metrics.jsonl`), the curves (`training_curves.png`, when matplotlib is installed) and `eval_summary.json`
+    (`summary`, plotted under its `"task"` title, with the fired diagnoses added as `summary["diagnoses"]`).
+
+    Every process must call it (under ZeRO-3 `save_model` gathers the weights from all of them).
+
+    Returns:
+        `bool`: whether this is the main process, the one that wrote the files and prints the summary.
+    """
+    from .diagnostics import fired_diagnoses
+    from .plotting import plot_training_curves, save_log_history
+
+    out = trainer.args.output_dir
+    trainer.save_model(out)  # every process calls it (ZeRO-3 gathers the weights); the Trainer writes once
+    if not trainer.accelerator.is_main_process:  # the global main only: the nodes may share one filesystem
+        return False
+    save_log_history(trainer.state.log_history, os.path.join(out, "metrics.jsonl"))
+    try:
+        plot_training_curves(
+            trainer.state.log_history, os.path.join(out, "training_curves.png"), title=summary["task"]
+        )
+    except ImportError:
+        logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png")
+    summary["diagnoses"] = [d.to_dict() for d in fired_diagnoses(trainer)]
+    with open(os.path.join(out, "eval_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2, default=float)
+    return True
 
 
 def read_run_record(model_path: str) -> RunRecord | None:
