@@ -171,6 +171,7 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
         dynamic_sampling_max_rounds=max_rounds,
         dynamic_sampling_max_round_prompts=16,  # small rounds, so the script reaches every case below
     )
+
     def distinct_reward(completions, **kwargs):
         """Never constant, so that the scripted verdicts alone decide (a constant reward would end refills early)."""
         return [float(i) for i in range(len(completions))]
