@@ -2,7 +2,7 @@ r"""Does DAPO beat GRPO? The paper's ablation (DAPO Table 1), reproduced at CPU 
 
 The paper (AIME24 avg@32, Qwen2.5-32B): naive GRPO 30, + overlong filtering 36, + clip-higher 38, + soft overlong
 punishment 41, + token-level loss 42, + dynamic sampling 50; full DAPO needs half of GRPO's training steps. This script
-trains the same rows on [`dapo_trl.toy`] (addition problems, a 0.34M-parameter model) and prints a table with the
+trains the same rows on [`dapo_trl.run.toy`] (addition problems, a 0.34M-parameter model) and prints a table with the
 steps and generated tokens each variant needs to reach a held-out accuracy target, its final held-out accuracy and its
 entropy, and draws the curves.
 
@@ -211,7 +211,7 @@ def warmup_key(args: argparse.Namespace, seed: int) -> str:
 
 def warm_up(args: argparse.Namespace, seed: int) -> str:
     """Supervised warm-up for `seed`, saved once (and reused by later invocations with the same settings)."""
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model, warmup_sft
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model, warmup_sft
 
     folder = Path(args.cache_dir) / f"warmup-seed{seed}-{warmup_key(args, seed)}"
     if (folder / "config.json").exists():
@@ -238,7 +238,7 @@ def warm_up(args: argparse.Namespace, seed: int) -> str:
 
 def training_set(args: argparse.Namespace, seed: int):
     """The warm-up's training set (`--train-size` problems; the small levels repeat some prompts)."""
-    from dapo_trl.toy import make_math_dataset
+    from dapo_trl.run.toy import make_math_dataset
 
     return make_math_dataset(args.train_size, seed=seed, level_weights=args.level_weights, work_prob=args.work_prob)
 
@@ -265,7 +265,7 @@ def rl_training_set(args: argparse.Namespace, seed: int):
 
 
 def held_out_set(args: argparse.Namespace):
-    from dapo_trl.toy import make_math_dataset
+    from dapo_trl.run.toy import make_math_dataset
 
     # One held-out set for every seed and variant.
     return make_math_dataset(args.test_size, seed=0, split="test", level_weights=args.level_weights)
@@ -318,7 +318,7 @@ def run_variant(args: argparse.Namespace, variant: Variant, seed: int, warmup_di
     from transformers.utils import logging as hf_logging
 
     from dapo_trl import DAPOTrainer, MathVerifierReward
-    from dapo_trl.toy import accuracy_report, build_char_tokenizer
+    from dapo_trl.run.toy import accuracy_report, build_char_tokenizer
 
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()

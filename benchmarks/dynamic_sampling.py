@@ -63,8 +63,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dapo_trl.prompt_history import SkipPolicy
-from dapo_trl.sampling import GroupClassification, PromptStream, RoundPlanner, classify_groups, plan_selection
+from dapo_trl.trainer.prompt_history import SkipPolicy
+from dapo_trl.trainer.sampling import GroupClassification, PromptStream, RoundPlanner, classify_groups, plan_selection
 
 # Adaptive+carry targets this benchmark reports against.
 TARGET_FLOOR_RATIO = 1.05

@@ -8,7 +8,7 @@ Generation uses transformers (`use_vllm=False`); vLLM is reached only through TR
 The model is a randomly initialised `Qwen2ForCausalLM` built from a `Qwen2Config` with Qwen2.5-0.5B's dimensions
 (24 layers, hidden 896, MLP 4,864, 14 heads, 2 KV heads, vocabulary 151,936, tied embeddings: 494M parameters), in
 bf16 with `bf16=True` (weights and optimizer states in bf16, as a model loaded with `dtype=torch.bfloat16`). Nothing is
-downloaded: the tokenizer is built locally, character-level like `dapo_trl.toy`'s, with filler tokens up to the
+downloaded: the tokenizer is built locally, character-level like `dapo_trl.run.toy`'s, with filler tokens up to the
 model's vocabulary size, so that the LM head, the sampling and the log-softmax run over the real 151,936 entries and
 every id the model samples decodes. A random model's text means nothing, so the reward is scripted from the prompt:
 `easy` prompts score +1 for every completion, `hard` ones -1, `mixed` ones +1 or -1 from a hash of the completion's
@@ -233,7 +233,7 @@ def load_real_model(folder: str, *, dtype: torch.dtype, device: str):
 
 def heldout_accuracy(model, tokenizer, heldout: Dataset, args: argparse.Namespace) -> float:
     """avg@k on the held-out problems, sampled as in training (temperature 1, chat template, same length cap)."""
-    from dapo_trl.evaluation import evaluate
+    from dapo_trl.run.evaluation import evaluate
 
     was_training = model.training
     model.eval()

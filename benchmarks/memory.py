@@ -44,7 +44,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from dapo_trl.dapo_config import DAPOConfig  # noqa: E402
 from dapo_trl.dapo_trainer import DAPOTrainer  # noqa: E402
-from dapo_trl.toy import build_char_tokenizer, build_tiny_model  # noqa: E402
+from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model  # noqa: E402
 
 LIMIT_RATIO = 1.5  # issue 21: bound the growth if dynamic sampling exceeds 1.5x GRPOTrainer's peak at equal batch
 MEASURED_STEP = 2

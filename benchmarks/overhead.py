@@ -48,7 +48,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from dapo_trl.dapo_config import DAPOConfig  # noqa: E402
 from dapo_trl.dapo_trainer import DAPOTrainer  # noqa: E402
-from dapo_trl.toy import (  # noqa: E402
+from dapo_trl.run.toy import (  # noqa: E402
     build_char_tokenizer,
     build_tiny_model,
     make_math_dataset,

@@ -10,7 +10,7 @@ Protocol:
 - Problems: one- and two-step word problems (add, subtract, multiply, share equally; [`make_problem`]), seeded, with
   integer gold answers. The split is a function of the question text ([`split_of`]), so the training and held-out
   splits are disjoint. Prompts are chat messages ending with the instruction to finish on a line `Answer: <n>`.
-- Warm-up (cold start): a short supervised pass ([`dapo_trl.toy.warmup_sft`]) on training problems whose target is one
+- Warm-up (cold start): a short supervised pass ([`dapo_trl.run.toy.warmup_sft`]) on training problems whose target is one
   worked line then `Answer: <n>` (loss on the completion only, AdamW). It is saved once under `--cache-dir` and both
   arms start from it.
 - Two arms from the same warmed-up weights, same learning rate, batch, group size, sampling and length cap:
@@ -249,7 +249,7 @@ def evaluate_model(
     error is that of their mean. Lengths are in tokens (the completion re-encoded); a completion of `max_new_tokens`
     tokens or more ran into the cap without an end of turn.
     """
-    from dapo_trl.evaluation import sample_completions
+    from dapo_trl.run.evaluation import sample_completions
 
     started = time.perf_counter()
     k = max(1, num_samples)
@@ -304,7 +304,7 @@ TINY_CHAT_TEMPLATE = (
 
 def build_tiny(folder: Path) -> str:
     """A tiny random model with a character tokenizer and a chat template, for `--quick` without a real model."""
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 
     if not (folder / "config.json").exists():
         tokenizer = build_char_tokenizer(model_max_length=512)
@@ -360,8 +360,8 @@ def warmup_key(args: argparse.Namespace) -> str:
 
 def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
     """The warmed-up model's folder (trained once per settings and cached) and its record."""
-    from dapo_trl.evaluation import encode_prompts
-    from dapo_trl.toy import warmup_sft
+    from dapo_trl.run.evaluation import encode_prompts
+    from dapo_trl.run.toy import warmup_sft
 
     folder = Path(args.cache_dir) / f"warmup-{warmup_key(args)}"
     record = folder / "warmup.json"

@@ -39,7 +39,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 
 from dapo_trl.dapo_config import DAPOConfig  # noqa: E402
 from dapo_trl.dapo_trainer import DAPOTrainer  # noqa: E402
-from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset  # noqa: E402
+from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model, make_math_dataset  # noqa: E402
 
 STALENESS_KEY = "staleness_probe"  # per-row staleness travelling with the micro-batches (-1: fresh or padding)
 

@@ -48,7 +48,7 @@ from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
 
-from dapo_trl.rewards import MathVerifierReward
+from dapo_trl.rewards.math import MathVerifierReward
 from dapo_trl.verifier import api, normalize
 
 CASES = Path(__file__).resolve().parent.parent / "tests" / "data" / "verifier_cases.jsonl"

@@ -11,7 +11,7 @@ them:
 - `sampler_state_dict` / `load_sampler_state_dict` add the curriculum to the sampler state DAPOTrainer saves in every
   checkpoint (`dapo_sampler_state.pt`), so a resumed run retires exactly what the uninterrupted one would.
 
-The script builds everything locally with `dapo_trl.toy` (a character tokenizer, a ~0.1M-parameter Qwen2, easy
+The script builds everything locally with `dapo_trl.run.toy` (a character tokenizer, a ~0.1M-parameter Qwen2, easy
 addition problems), warms the model up with a few hundred supervised steps so that some groups are all-correct and
 others mixed, then trains with the curriculum. It runs on CPU in well under a minute with its defaults.
 
@@ -32,7 +32,7 @@ import tempfile
 import torch
 
 from dapo_trl import DAPOConfig, DAPOTrainer
-from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset, toy_reward, warmup_sft
+from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model, make_math_dataset, toy_reward, warmup_sft
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class CurriculumDAPOTrainer(DAPOTrainer):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from dapo_trl._cli import positive_int
+    from dapo_trl.run.cli import positive_int
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output-dir", default=None, help="Where checkpoints go (default: a temporary folder).")

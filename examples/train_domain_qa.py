@@ -18,7 +18,7 @@ Your own data: a `.jsonl` file (or `.json`, `.csv`, `.parquet`, or a Hub id) wit
 {"question": "Which drug class is first-line for ...?", "options": ["...", "...", "...", "..."], "answer": "B"}
 ```
 `options` is a list of 2-5 texts in letter order (or a dict keyed by letter); `answer` is the correct letter or the
-correct option's text (see `dapo_trl.choice` for the format and for how answers are read). Launch:
+correct option's text (see `dapo_trl.rewards.choice` for the format and for how answers are read). Launch:
 ```
 accelerate launch examples/train_domain_qa.py                                      # CPU demo (its default config)
 accelerate launch examples/train_domain_qa.py --max_steps 20                       # the demo, 20 steps
@@ -42,11 +42,11 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from trl.rewards import think_format_reward
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice
-from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
-from dapo_trl.choice import gold_choice, load_choice_dataset
-from dapo_trl.console import training_signal
-from dapo_trl.diagnostics import fired_diagnoses
-from dapo_trl.run_record import save_run_outputs
+from dapo_trl.rewards.choice import gold_choice, load_choice_dataset
+from dapo_trl.run.cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
+from dapo_trl.run.console import training_signal
+from dapo_trl.run.run_record import save_run_outputs
+from dapo_trl.trainer.diagnostics import fired_diagnoses
 
 logger = logging.getLogger("train_domain_qa")
 
@@ -162,7 +162,7 @@ def rewards() -> list:
 def run_demo(script_args, training_args: DAPOConfig, train_set, eval_set) -> dict:
     from datasets import Dataset
 
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model, warmup_sft
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model, warmup_sft
 
     torch.manual_seed(training_args.seed)
     if not torch.cuda.is_available():
@@ -241,7 +241,7 @@ def run_real(script_args, training_args: DAPOConfig, model_args: ModelConfig, tr
 
 def choice_accuracy(model, tokenizer, dataset, script_args, training_args: DAPOConfig) -> dict:
     """Sampled accuracy (avg@k), the share of answers with a letter, and the share in the `<think>` format."""
-    from dapo_trl.evaluation import sample_completions
+    from dapo_trl.run.evaluation import sample_completions
 
     if dataset is None:
         return {}

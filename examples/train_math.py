@@ -51,10 +51,10 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
-from dapo_trl._cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
-from dapo_trl.console import format_summary, training_signal
-from dapo_trl.plan import batch_plan, recipe_advice
-from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, save_run_outputs, write_run_record
+from dapo_trl.run.cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
+from dapo_trl.run.console import format_summary, training_signal
+from dapo_trl.run.plan import batch_plan, recipe_advice
+from dapo_trl.run.run_record import EvalSettings, PromptFormat, RunRecord, save_run_outputs, write_run_record
 
 logger = logging.getLogger("train_math")
 
@@ -69,7 +69,7 @@ class MathScriptArguments(ScriptArguments):
         metadata={
             "help": "Where prompt and answer come from, and whether the DAPO template wraps the prompt: 'auto' (the "
             "columns decide), 'dapo_math', 'problem', 'question', 'gsm8k', 'math' or 'columns' (see "
-            "dapo_trl.data.load_math_dataset).",
+            "dapo_trl.run.data.load_math_dataset).",
             "choices": ("auto", "dapo_math", "problem", "question", "gsm8k", "math", "columns"),
         },
     )
@@ -166,7 +166,7 @@ POSITIVE_INT_FLAGS = (
 
 
 def build_parser() -> TrlParser:
-    from dapo_trl._cli import require_positive
+    from dapo_trl.run.cli import require_positive
 
     parser = TrlParser((MathScriptArguments, DAPOConfig, ModelConfig))
     # the generated usage lists every field (hundreds of lines) above each error message
@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args: ModelConfig) -> None:
-    """Stop at argparse level when a model or data path cannot be what the user meant (see `dapo_trl._cli`)."""
-    from dapo_trl._cli import check_data_path, check_model_path
+    """Stop at argparse level when a model or data path cannot be what the user meant (see `dapo_trl.run.cli`)."""
+    from dapo_trl.run.cli import check_data_path, check_model_path
 
     if script_args.dataset_name is None or model_args.model_name_or_path is None:
         parser.error("give both --model_name_or_path and --dataset_name (or neither, for the CPU demo).")
@@ -253,8 +253,8 @@ def _recipe_plan(script_args: MathScriptArguments) -> dict:
 
 
 def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rewards: list | None = None) -> dict:
-    from dapo_trl.evaluation import _verifier_functions
-    from dapo_trl.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
+    from dapo_trl.run.evaluation import _verifier_functions
+    from dapo_trl.run.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
 
     if importlib.util.find_spec("matplotlib") is None:
         raise SystemExit(
@@ -356,7 +356,7 @@ def _distinct(dataset):
 
 def load_training_set(script_args: MathScriptArguments):
     """The training rows, with prompts in the run's format (`conversational`, `system_prompt`)."""
-    from dapo_trl.data import load_math_dataset
+    from dapo_trl.run.data import load_math_dataset
 
     return load_math_dataset(
         script_args.dataset_name,
@@ -440,8 +440,8 @@ def run_real(
     *,
     rewards: list | None = None,
 ) -> dict:
-    from dapo_trl.data import load_math_dataset
-    from dapo_trl.evaluation import _verifier_functions, evaluate
+    from dapo_trl.run.data import load_math_dataset
+    from dapo_trl.run.evaluation import _verifier_functions, evaluate
 
     if importlib.util.find_spec("matplotlib") is None:
         logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png.")
@@ -526,7 +526,7 @@ def use_console(trainer: DAPOTrainer, script_args: MathScriptArguments, *, demo:
     """`console='bar'` (the demo's default): a progress bar with a few metrics instead of a dict per log."""
     from transformers.trainer_callback import ProgressCallback
 
-    from dapo_trl.console import ConciseProgressCallback
+    from dapo_trl.run.console import ConciseProgressCallback
 
     if script_args.console == "bar" or (script_args.console == "auto" and demo):
         if trainer.pop_callback(ProgressCallback) is not None:

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from dapo_trl.launch import NodeLaunch, accelerate_command, command_line, launcher_environment
+from dapo_trl.run.launch import NodeLaunch, accelerate_command, command_line, launcher_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "tests/scripts/cluster_run.py"  # examples/train_math.py plus per-process records

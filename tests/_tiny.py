@@ -8,8 +8,8 @@ from transformers import TrainerCallback
 
 from dapo_trl.dapo_config import DAPOConfig
 from dapo_trl.dapo_trainer import DAPOTrainer
-from dapo_trl.loss import dapo_loss
-from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
+from dapo_trl.trainer.loss import dapo_loss
 
 KINDS = ("easy", "hard", "mixed")
 
@@ -129,7 +129,7 @@ class GradientCapture(TrainerCallback):
 
 def reference_gradients(model, batches: list[dict], *, epsilon_low: float, epsilon_high: float) -> dict:
     """Gradient of the DAPO token-mean loss computed directly on the union of an optimizer step's micro-batches."""
-    from dapo_trl._batch import concat_rows, loss_mask
+    from dapo_trl.trainer.batch import concat_rows, loss_mask
 
     model.zero_grad()
     logps, olds, advs, masks = [], [], [], []

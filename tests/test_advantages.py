@@ -7,7 +7,7 @@ import torch
 from _tiny import config, scripted_dataset, tiny_model_and_tokenizer
 from trl import GRPOTrainer
 
-from dapo_trl.advantages import compute_advantages, nanstd
+from dapo_trl.trainer.advantages import compute_advantages, nanstd
 
 NAN = math.nan
 

@@ -11,7 +11,7 @@ from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model
 from datasets import Dataset
 
 from dapo_trl.dapo_trainer import BUFFER_STATE_NAME, SAMPLER_STATE_NAME
-from dapo_trl.reward_checks import check_reward_output
+from dapo_trl.trainer.reward_checks import check_reward_output
 
 pytestmark = pytest.mark.integration
 

@@ -132,8 +132,8 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
 
     from dapo_trl.dapo_config import DAPOConfig
     from dapo_trl.dapo_trainer import DAPOTrainer
-    from dapo_trl.sampling import PromptStream, RoundPlanner
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model, make_math_dataset
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model, make_math_dataset
+    from dapo_trl.trainer.sampling import PromptStream, RoundPlanner
 
     ds = load_benchmark("dynamic_sampling")
     rate, seed, steps, max_rounds = 0.1, 0, 8, 2

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from trl.rewards import think_format_reward
 
-from dapo_trl import choice
-from dapo_trl.choice import (
+from dapo_trl.rewards import choice
+from dapo_trl.rewards.choice import (
     MultipleChoiceReward,
     extract_choice,
     format_choice_prompt,

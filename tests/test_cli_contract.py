@@ -12,8 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGPARSE_TOOLS = [
-    "src/dapo_trl/launch.py",
-    "src/dapo_trl/evaluation.py",
+    "src/dapo_trl/run/launch.py",
+    "src/dapo_trl/run/evaluation.py",
     "examples/custom_trainer.py",
     *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "scripts").glob("*.py"))),
     *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "benchmarks").glob("*.py"))),
@@ -46,8 +46,8 @@ def _actions_without_help(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def test_every_option_of_the_built_parsers_has_help():
-    from dapo_trl.evaluation import build_parser
-    from dapo_trl.launch import _parser
+    from dapo_trl.run.evaluation import build_parser
+    from dapo_trl.run.launch import _parser
 
     assert _actions_without_help(_parser()) == [] and _actions_without_help(build_parser()) == []
     sys.path.insert(0, str(ROOT / "tests"))

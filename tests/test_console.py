@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from dapo_trl.console import ConciseProgressCallback, format_summary
+from dapo_trl.run.console import ConciseProgressCallback, format_summary
 
 LOGS = {
     "loss": 0.01,

@@ -111,7 +111,7 @@ def test_unknown_rule_is_refused_by_name(rule):
     ],
 )
 def test_evaluation_cli_flags(monkeypatch, tmp_path, flags, checks):
-    from dapo_trl import data, evaluation
+    from dapo_trl.run import data, evaluation
 
     monkeypatch.chdir(tmp_path)  # the CLI checks that the model folder and the data file exist
     (tmp_path / "m").mkdir()
@@ -128,7 +128,7 @@ def test_evaluation_cli_flags(monkeypatch, tmp_path, flags, checks):
 
 
 def test_evaluation_cli_refuses_an_unknown_rule(capsys):
-    from dapo_trl import evaluation
+    from dapo_trl.run import evaluation
 
     with pytest.raises(SystemExit):
         evaluation.main(["--model", "m", "--dataset", "d", "--reward_rule", "paper"])

@@ -4,7 +4,7 @@ import logging
 import pytest
 from datasets import Dataset
 
-from dapo_trl.data import (
+from dapo_trl.run.data import (
     DAPO_PROMPT_TEMPLATE,
     DATASET_FORMATS,
     boxed_answer,
@@ -12,8 +12,8 @@ from dapo_trl.data import (
     detect_format,
     gsm8k_answer,
     load_math_dataset,
-    prompt_text,
 )
+from dapo_trl.trainer.dataset_checks import prompt_text
 
 
 def _write_jsonl(path, rows):
@@ -42,7 +42,7 @@ def dapo_file(tmp_path):
 
 
 def test_dapo_math_dedupes_and_logs(dapo_file, caplog):
-    with caplog.at_level(logging.INFO, logger="dapo_trl.data"):
+    with caplog.at_level(logging.INFO, logger="dapo_trl.run.data"):
         ds = load_math_dataset(dapo_file)
     assert ds.column_names == ["prompt", "answer"]
     assert ds["answer"] == ["9", "25", "49"]  # first occurrences, in order
@@ -93,7 +93,7 @@ def test_question_answer_file_with_plain_answers_keeps_every_row(tmp_path, caplo
     """A local question/answer file whose answers are plain values is not GSM8K: no row may be dropped."""
     rows = [{"question": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(5)]
     path = _write_jsonl(tmp_path / "qa.jsonl", rows)
-    with caplog.at_level(logging.INFO, logger="dapo_trl.data"):
+    with caplog.at_level(logging.INFO, logger="dapo_trl.run.data"):
         ds = load_math_dataset(path)
     assert ds["answer"] == [str(2 * i) for i in range(5)]
     assert ds["prompt"][1] == DAPO_PROMPT_TEMPLATE.format(problem="What is 1+1?")  # the template, as documented

@@ -3,7 +3,7 @@
 import json
 import logging
 
-from dapo_trl.data import load_math_dataset
+from dapo_trl.run.data import load_math_dataset
 
 
 def _write_jsonl(path, rows):
@@ -19,7 +19,7 @@ def test_one_element_lists_are_unwrapped_and_containers_never_stringified(tmp_pa
         {"prompt": "p4", "answer": []},
     ]
     path = _write_jsonl(tmp_path / "lists.jsonl", rows)
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.data"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.run.data"):
         ds = load_math_dataset(path, dataset_format="columns")
     assert ds["answer"] == ["1", "12"]
     assert not any("[" in answer for answer in ds["answer"])

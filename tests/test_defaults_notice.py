@@ -9,8 +9,8 @@ from _tiny import ScriptedReward, config, scripted_dataset, tiny_model_and_token
 from trl import GRPOConfig
 
 from dapo_trl import DAPOTrainer
-from dapo_trl.console import DefaultsNoticeCallback
 from dapo_trl.dapo_config import DAPOConfig, changed_defaults, defaults_notice
+from dapo_trl.run.console import DefaultsNoticeCallback
 
 
 def make(**kwargs):
@@ -52,7 +52,7 @@ def test_an_error_about_a_dapo_default_names_it_and_trl_s():
 def test_callback_logs_once_on_the_main_process_only(caplog):
     args = make()
     callback = DefaultsNoticeCallback()
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.console"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.run.console"):
         DefaultsNoticeCallback().on_train_begin(args, SimpleNamespace(is_world_process_zero=False), None)
         assert caplog.records == []
         callback.on_train_begin(args, SimpleNamespace(is_world_process_zero=True), None)
@@ -71,7 +71,7 @@ def test_training_announces_the_dapo_defaults_once(tmp_path, caplog):
         train_dataset=scripted_dataset(),
         processing_class=tokenizer,
     )
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.console"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.run.console"):
         trainer.train()
     notices = [r for r in caplog.records if "DAPOConfig defaults in effect" in r.getMessage()]
     assert len(notices) == 1

@@ -7,8 +7,8 @@ import random
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from dapo_trl import diagnostics
-from dapo_trl.diagnostics import (
+from dapo_trl.trainer import diagnostics
+from dapo_trl.trainer.diagnostics import (
     DETECTORS,
     DiagnosticsCallback,
     DiagnosticThresholds,
@@ -308,7 +308,7 @@ def test_callback_flags_every_log_and_warns_once(caplog):
     assert trainer.callback_handler.callbacks[0] is callback  # ahead of the reporting integrations
     curve = falling(100, 300, 10)
     seen = []
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.diagnostics"):
         for i in range(14):
             logs = {"completions/mean_length": curve(min(i, 9))}
             trainer.log(i + 1, logs)
@@ -378,8 +378,8 @@ def test_symmetric_clipping_with_many_updates_per_rollout_makes_entropy_collapse
     from datasets import Dataset
 
     from dapo_trl import DAPOTrainer
-    from dapo_trl.diagnostics import fired_diagnoses
-    from dapo_trl.toy import warmup_sft
+    from dapo_trl.run.toy import warmup_sft
+    from dapo_trl.trainer.diagnostics import fired_diagnoses
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     rng = random.Random(0)
@@ -400,7 +400,7 @@ def test_symmetric_clipping_with_many_updates_per_rollout_makes_entropy_collapse
         model=model, reward_funcs=share_of_a, args=args, train_dataset=dataset, processing_class=tokenizer
     )
     assert isinstance(trainer.callback_handler.callbacks[0], DiagnosticsCallback)  # on by default, ahead of reporters
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.diagnostics"):
         trainer.train()
 
     fired = {d.name: d for d in fired_diagnoses(trainer)}

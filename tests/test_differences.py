@@ -240,7 +240,7 @@ def test_difference_14_positions_are_counted_over_attended_tokens(tmp_path):
 
 
 def test_difference_15_without_dynamic_sampling_each_epochs_order_depends_on_seed_and_epoch(tmp_path):
-    from dapo_trl.prompt_source import EpochSampler
+    from dapo_trl.trainer.prompt_source import EpochSampler
 
     trainer = make(tmp_path, dynamic_sampling=False)
     trl_sampler = GRPOTrainer._get_train_sampler(trainer)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from _tiny import KINDS, Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 
-from dapo_trl.loss import trl_num_items_for_exact_normalizer, window_token_counts
+from dapo_trl.trainer.loss import trl_num_items_for_exact_normalizer, window_token_counts
 
 pytestmark = pytest.mark.integration
 
@@ -273,7 +273,7 @@ def test_prompt_skipping_refuses_streamed_datasets(tmp_path):
 
 
 def test_a_stream_skipping_every_prompt_after_the_first_ones_returns_instead_of_looping():
-    from dapo_trl.prompt_source import StreamPrompts
+    from dapo_trl.trainer.prompt_source import StreamPrompts
 
     stream = StreamPrompts(scripted_dataset(6).to_iterable_dataset(), seed=0, shuffle=False)
     seen = set()
@@ -476,7 +476,7 @@ def test_a_reward_model_scores_a_round_in_forwards_of_at_most_one_generation_bat
 
 
 def test_row_selection_copies_only_when_it_changes_the_rows():
-    from dapo_trl import _batch
+    from dapo_trl.trainer import batch as _batch
 
     batch = {"completion_ids": torch.arange(6).view(3, 2), "_group": torch.tensor([0, 1, 1])}
     assert _batch.keep_rows(batch, torch.tensor([True, True, True])) is batch

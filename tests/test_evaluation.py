@@ -4,7 +4,7 @@ import math
 import pytest
 from datasets import Dataset
 
-from dapo_trl.evaluation import (
+from dapo_trl.run.evaluation import (
     avg_at_k,
     cluster_answers,
     evaluate,
@@ -161,8 +161,8 @@ def test_evaluate_rejects_bad_inputs():
 
 
 def test_cli_on_saved_checkpoint(tmp_path, capsys):
-    from dapo_trl.evaluation import main
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+    from dapo_trl.run.evaluation import main
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1)
@@ -194,7 +194,7 @@ def test_cli_on_saved_checkpoint(tmp_path, capsys):
 @pytest.fixture
 def saved_model(tmp_path, monkeypatch):
     """cwd = tmp_path, holding outputs/run (a tiny saved model) and data.jsonl (3 problems)."""
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 
     monkeypatch.chdir(tmp_path)
     tokenizer = build_char_tokenizer()
@@ -206,8 +206,8 @@ def saved_model(tmp_path, monkeypatch):
 
 
 def test_cli_defaults_come_from_the_run_record_then_the_paper(saved_model):
-    from dapo_trl.evaluation import parse_cli
-    from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
+    from dapo_trl.run.evaluation import parse_cli
+    from dapo_trl.run.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
 
     args = parse_cli(["--model", "outputs/run", "--dataset", "data.jsonl"])
     assert (args.k, args.temperature, args.top_p, args.max_new_tokens) == (32, 1.0, 0.7, 20480)  # DAPO §4.1
@@ -245,8 +245,8 @@ def test_cli_defaults_come_from_the_run_record_then_the_paper(saved_model):
 
 
 def test_cli_evaluates_with_the_recorded_settings(saved_model, capsys):
-    from dapo_trl.evaluation import main
-    from dapo_trl.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
+    from dapo_trl.run.evaluation import main
+    from dapo_trl.run.run_record import EvalSettings, PromptFormat, RunRecord, write_run_record
 
     record = RunRecord(PromptFormat(), EvalSettings(k=3, temperature=1.0, top_p=1.0, max_new_tokens=4, batch_size=2))
     write_run_record("outputs/run", record)
@@ -258,7 +258,7 @@ def test_cli_evaluates_with_the_recorded_settings(saved_model, capsys):
 
 
 def test_unreadable_run_record_is_named(saved_model, capsys):
-    from dapo_trl.evaluation import parse_cli
+    from dapo_trl.run.evaluation import parse_cli
 
     (saved_model / "outputs" / "run" / "dapo_run.json").write_text("{not json")
     with pytest.raises(SystemExit):
@@ -288,7 +288,7 @@ def test_unreadable_run_record_is_named(saved_model, capsys):
     ],
 )
 def test_cli_bad_input_stops_at_argparse_naming_the_flag_or_path(saved_model, argv, named, capsys):
-    from dapo_trl.evaluation import main
+    from dapo_trl.run.evaluation import main
 
     (saved_model / "empty.jsonl").write_text("")
     (saved_model / "blank.jsonl").write_text("\n\n")
@@ -301,7 +301,7 @@ def test_cli_bad_input_stops_at_argparse_naming_the_flag_or_path(saved_model, ar
 
 def test_unscorable_gold_answers_are_left_out_of_the_metrics():
     """A gold the verifier cannot use is neither right nor wrong: it leaves the metrics, with a warning and a count."""
-    from dapo_trl.evaluation import _drop_unscorable
+    from dapo_trl.run.evaluation import _drop_unscorable
 
     prompts, answers, dropped = _drop_unscorable(["a", "b", "c", "d"], ["4", None, ["7"], "???"])
     assert (prompts, answers, dropped) == (["a", "c"], ["4", ["7"]], 2)  # a one-element list is kept, unwrapped later

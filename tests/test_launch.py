@@ -13,7 +13,7 @@ import pytest
 import yaml
 from _cluster import ROOT, SCRIPT, TWO_NODE_EXTRA, free_port, node_lines, smoke_args, split_line, wait_for
 
-from dapo_trl.launch import (
+from dapo_trl.run.launch import (
     FORWARDED_SIGNALS,
     NodeLaunch,
     accelerate_command,

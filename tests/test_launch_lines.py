@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dapo_trl.evaluation import build_parser as evaluation_parser
-from dapo_trl.plan import batch_plan, recipe_advice
+from dapo_trl.run.evaluation import build_parser as evaluation_parser
+from dapo_trl.run.plan import batch_plan, recipe_advice
 
 ROOT = Path(__file__).resolve().parents[1]
 

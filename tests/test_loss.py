@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from dapo_trl.loss import (
+from dapo_trl.trainer.loss import (
     clipped_surrogate,
     dapo_loss,
     sequence_level_mean,

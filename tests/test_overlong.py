@@ -2,7 +2,7 @@
 
 import pytest
 
-from dapo_trl.overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
+from dapo_trl.trainer.overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
 
 L_MAX, L_CACHE = 20, 4  # punishment zone: lengths 17..20
 

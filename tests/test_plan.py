@@ -1,10 +1,10 @@
-"""Batch-plan arithmetic (dapo_trl.plan) against hand-computed values at 1, 64 and 128 processes."""
+"""Batch-plan arithmetic (dapo_trl.run.plan) against hand-computed values at 1, 64 and 128 processes."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from dapo_trl.plan import (
+from dapo_trl.run.plan import (
     PAPER,
     batch_plan,
     format_plan,
@@ -162,6 +162,6 @@ def test_zero_processes_is_refused():
 def test_doctests():
     import doctest
 
-    from dapo_trl import plan
+    from dapo_trl.run import plan
 
     assert doctest.testmod(plan).failed == 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dapo_trl.plotting import DIAGNOSIS_PANELS, PANELS, plot_training_curves, series
+from dapo_trl.run.plotting import DIAGNOSIS_PANELS, PANELS, plot_training_curves, series
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -27,7 +27,7 @@ def test_series_skips_entries_without_the_metric():
 
 
 def test_every_diagnosis_has_a_panel():
-    from dapo_trl.diagnostics import DETECTORS
+    from dapo_trl.trainer.diagnostics import DETECTORS
 
     panels = {panel for panel, _ in PANELS}
     assert set(DETECTORS) == set(DIAGNOSIS_PANELS) and set(DIAGNOSIS_PANELS.values()) <= panels
@@ -36,7 +36,7 @@ def test_every_diagnosis_has_a_panel():
 def test_fired_diagnoses_are_marked_on_their_panel(tmp_path):
     import matplotlib.pyplot as plt
 
-    from dapo_trl.plotting import _mark_diagnoses
+    from dapo_trl.run.plotting import _mark_diagnoses
 
     fig, axes = plt.subplots(2, 3)
     by_panel = dict(zip((panel for panel, _ in PANELS), axes.flat, strict=True))

@@ -10,7 +10,7 @@ from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model
 from transformers import TrainerCallback
 
 from dapo_trl.dapo_config import DAPOConfig
-from dapo_trl.preemption import (
+from dapo_trl.trainer.preemption import (
     PREEMPTION_EXIT_CODE,
     PREEMPTION_TIMEOUT_EXIT_CODE,
     PreemptionCallback,

@@ -17,7 +17,7 @@ CHAT_TEMPLATE = (
 
 
 def build_run_folder(tmp_path, *, chat_template: str | None):
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 
     model_dir = tmp_path / "run"
     tokenizer = build_char_tokenizer()
@@ -35,8 +35,8 @@ def build_run_folder(tmp_path, *, chat_template: str | None):
 def training_prompt_ids(model_dir, data, tmp_path, flags) -> list[list[int]]:
     """What the trainer feeds to generation for each row, through train_math.py's own loading path."""
     from dapo_trl import DAPOTrainer
-    from dapo_trl.run_record import write_run_record
-    from dapo_trl.toy import toy_reward
+    from dapo_trl.run.run_record import write_run_record
+    from dapo_trl.run.toy import toy_reward
 
     argv = [
         "--model_name_or_path", str(model_dir), "--dataset_name", str(data), "--output_dir", str(model_dir),
@@ -55,7 +55,7 @@ def evaluation_prompt_ids(model_dir, data, monkeypatch) -> list[list[int]]:
     """What `python -m dapo_trl.evaluation --model RUN --dataset DATA` feeds to `generate` for each row."""
     from transformers import Qwen2ForCausalLM
 
-    from dapo_trl.evaluation import main
+    from dapo_trl.run.evaluation import main
 
     seen = []
 

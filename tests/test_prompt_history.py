@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dapo_trl.prompt_history import (
+from dapo_trl.trainer.prompt_history import (
     ALL_CORRECT,
     ALL_WRONG,
     INFORMATIVE,
@@ -18,7 +18,7 @@ from dapo_trl.prompt_history import (
     SkipPolicy,
     hashed_uniform,
 )
-from dapo_trl.sampling import GroupClassification, PromptStream, RoundPlanner
+from dapo_trl.trainer.sampling import GroupClassification, PromptStream, RoundPlanner
 
 
 def groups(*outcomes: int) -> GroupClassification:

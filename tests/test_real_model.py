@@ -22,7 +22,7 @@ from _real_model import MODEL_ENV, ROOT, smollm2_folder
 from datasets import Dataset
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
-from dapo_trl.overlong import soft_overlong_penalty
+from dapo_trl.trainer.overlong import soft_overlong_penalty
 
 END_OF_TURN = "<|im_end|>"
 # The model's own template puts a default system turn before the user's and opens the assistant's turn.
@@ -129,7 +129,7 @@ def test_a_gguf_file_is_refused_with_a_pointer_to_the_converter(tmp_path):
     model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method="gguf"))
     with pytest.raises(ValueError, match=r"loaded from a GGUF file.*scripts/get_smollm2\.py"):
         DAPOTrainer(model=model, reward_funcs=RecordingReward(), args=config, train_dataset=word_problems(4))
-    from dapo_trl._cli import check_model_path
+    from dapo_trl.run.cli import check_model_path
 
     assert "scripts/get_smollm2.py" in check_model_path("--model_name_or_path", str(gguf))
 

@@ -12,7 +12,7 @@ from test_train_math import ROOT, train_math
 from transformers import TrainerCallback
 
 from dapo_trl import DAPOTrainer
-from dapo_trl.preemption import PREEMPTION_EXIT_CODE, fresh_start_warning, resume_hint
+from dapo_trl.trainer.preemption import PREEMPTION_EXIT_CODE, fresh_start_warning, resume_hint
 
 
 def complete_checkpoint(folder, step):
@@ -63,19 +63,19 @@ def make(output_dir, **overrides):
 def test_a_preempted_run_says_how_to_resume_and_a_fresh_rerun_warns(tmp_path, caplog):
     trainer = make(tmp_path)
     trainer.add_callback(SignalAt(step=2))
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.preemption"), pytest.raises(SystemExit) as stop:
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.preemption"), pytest.raises(SystemExit) as stop:
         trainer.train()
     assert stop.value.code == PREEMPTION_EXIT_CODE
     checkpoint = tmp_path / "checkpoint-2"
     assert f"--resume_from_checkpoint {checkpoint}" in caplog.text and "--auto_resume true" in caplog.text
     caplog.clear()
     rerun = make(tmp_path)  # the same command again, auto_resume off: starts at step 0, and says so
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.preemption"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.preemption"):
         rerun.train()
     assert "holds complete checkpoints" in caplog.text and str(checkpoint) in caplog.text
     caplog.clear()
     resumed = make(tmp_path, auto_resume=True)
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.preemption"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.preemption"):
         resumed.train()
     assert "holds complete checkpoints" not in caplog.text
 

@@ -6,8 +6,8 @@ import pickle
 import pytest
 from trl.trainer.utils import get_callable_name
 
-from dapo_trl import rewards
-from dapo_trl.rewards import MathVerifierReward, completion_text
+from dapo_trl.rewards import math as rewards
+from dapo_trl.rewards.math import MathVerifierReward, completion_text
 from dapo_trl.verifier import api
 
 
@@ -168,7 +168,7 @@ def test_unusable_golds_are_counted_warned_once_and_logged(caplog):
     reward = MathVerifierReward()
     metrics = []
     golds = [["3"], ["1", "2"], "???", None, "", "3"]
-    with caplog.at_level("WARNING", logger="dapo_trl.rewards"):
+    with caplog.at_level("WARNING", logger="dapo_trl.rewards.math"):
         rewards_ = reward(
             ["Answer: 3"] * 6, answer=golds, log_metric=lambda name, value: metrics.append((name, value))
         )

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from dapo_trl._underfill import UnderfillFacts, underfill_cause
-from dapo_trl.sampling import ConstantRewardWatch, PromptStream, RoundPlanner, classify_groups, plan_selection
+from dapo_trl.trainer.sampling import ConstantRewardWatch, PromptStream, RoundPlanner, classify_groups, plan_selection
+from dapo_trl.trainer.underfill import UnderfillFacts, underfill_cause
 
 
 def test_classify_binary_groups():

@@ -10,8 +10,8 @@ from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model
 from datasets import Dataset
 from trl import GRPOTrainer
 
-from dapo_trl.advantages import compute_advantages
-from dapo_trl.overlong import soft_overlong_penalty
+from dapo_trl.trainer.advantages import compute_advantages
+from dapo_trl.trainer.overlong import soft_overlong_penalty
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import pytest
 from _tiny import ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
 
 from dapo_trl import DAPOTrainer
-from dapo_trl.console import format_summary, training_signal
+from dapo_trl.run.console import format_summary, training_signal
 
 
 def test_training_signal_says_whether_the_policy_moved():
@@ -39,7 +39,7 @@ def test_an_underfill_every_step_is_warned_once_and_counted(tmp_path, caplog):
         train_dataset=scripted_dataset(kinds=("easy", "hard")),  # no informative group exists
         processing_class=tokenizer,
     )
-    with caplog.at_level(logging.WARNING, logger="dapo_trl._dynamic_sampling"):
+    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.dynamic_sampling"):
         trainer.train()
     warnings = [r for r in caplog.records if "informative groups a batch needs" in r.getMessage()]
     assert len(warnings) == 1 and "dynamic_sampling/underfilled_steps" in warnings[0].getMessage()

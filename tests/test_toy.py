@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from dapo_trl.toy import (
+from dapo_trl.run.toy import (
     LEVELS,
     accuracy_report,
     build_char_tokenizer,
@@ -52,7 +52,7 @@ def test_tokenizer_specials_and_left_padding(tokenizer):
 
 
 def test_tokenizer_ids_are_one_per_character_in_vocabulary_order(tokenizer):
-    from dapo_trl.toy import DEFAULT_CHARS
+    from dapo_trl.run.toy import DEFAULT_CHARS
 
     assert len(tokenizer) == 4 + len(DEFAULT_CHARS)
     specials = [tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.unk_token_id]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dapo_trl.evaluation import main as evaluation_main
+from dapo_trl.run.evaluation import main as evaluation_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def test_flags_override_the_demo_config_instead_of_replacing_it():
 def test_dataset_format_is_a_flag_and_reaches_the_loader(monkeypatch):
     """The loader's errors advise --dataset_format: the script must have it and pass it on."""
     seen = {}
-    monkeypatch.setattr("dapo_trl.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr("dapo_trl.run.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
     argv = ["--model_name_or_path", "m", "--dataset_name", "d.jsonl", "--dataset_format", "question"]
     script_args, _, _ = train_math.parse_args([*argv, "--use_cpu", "true", "--bf16", "false"])
     train_math.load_training_set(script_args)
@@ -131,7 +131,7 @@ def assert_outputs(out: Path, *, demo: bool = False):
 @pytest.mark.integration
 def test_real_data_path_on_local_files(tmp_path):
     """The Hub-loading path with a local model folder and local jsonl files standing in for Hub ids."""
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 
     model_dir = tmp_path / "tiny-model"
     tokenizer = build_char_tokenizer()
@@ -379,7 +379,7 @@ def run_cli_error(argv, capsys) -> str:
 @pytest.fixture
 def local_run(tmp_path, monkeypatch):
     """A working directory with a saved tiny model under outputs/ and a small data file."""
-    from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+    from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 
     monkeypatch.chdir(tmp_path)
     tokenizer = build_char_tokenizer()
@@ -453,7 +453,7 @@ def test_an_open_r1_recipe_loads_with_its_reward_funcs(tmp_path, monkeypatch):
     assert [getattr(f, "__name__", None) for f in rewards] == ["math_verifier", "think_format_reward"]
     assert training_args.reward_weights == [1.0, 1.0]
     seen = {}
-    monkeypatch.setattr("dapo_trl.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr("dapo_trl.run.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
     train_math.load_training_set(script_args)
     assert seen["prompt_column"] == "problem"  # open-r1's dataset_prompt_column
 

@@ -143,7 +143,7 @@ def test_drop_in_resume_past_the_first_epoch_trains_the_same_prompts_in_the_same
 def test_epoch_sampler_keeps_trls_order_and_restarts_at_any_epoch():
     from trl.trainer.utils import RepeatSampler
 
-    from dapo_trl.prompt_source import EpochSampler
+    from dapo_trl.trainer.prompt_source import EpochSampler
 
     def make_sampler():
         return RepeatSampler(range(10), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=7)

@@ -47,7 +47,7 @@ DYNAMIC_SAMPLING_OVERRIDDEN = {
 
 @pytest.mark.parametrize("name", sorted(DYNAMIC_SAMPLING_OVERRIDDEN))
 def test_dynamic_sampling_overrides_keep_their_signature(name):
-    from dapo_trl._dynamic_sampling import DynamicSamplingMixin
+    from dapo_trl.trainer.dynamic_sampling import DynamicSamplingMixin
 
     params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
     expected = DYNAMIC_SAMPLING_OVERRIDDEN[name]
@@ -71,7 +71,7 @@ MIXIN_OVERRIDDEN = {
 def test_preemption_mixin_overrides_keep_their_signature(name):
     from transformers import Trainer
 
-    from dapo_trl.preemption import PreemptionMixin
+    from dapo_trl.trainer.preemption import PreemptionMixin
 
     assert list(inspect.signature(getattr(Trainer, name)).parameters) == MIXIN_OVERRIDDEN[name], name
     assert name in PreemptionMixin.__dict__

@@ -57,4 +57,4 @@ def test_top_level_names_are_the_verifier_functions():
     for name in ("extract_answer", "verify", "verify_batch", "score_completion"):
         assert name in dapo_trl.__all__
         assert getattr(dapo_trl, name) is getattr(verifier, name)
-    assert dapo_trl.MathVerifierReward.__module__ == "dapo_trl.rewards"
+    assert dapo_trl.MathVerifierReward.__module__ == "dapo_trl.rewards.math"

@@ -28,7 +28,7 @@ echo "$work/existing/lib/site-packages" >"$(env/bin/python -c "import sysconfig;
 . env/bin/activate
 if python -c "import dapo_trl" 2>/dev/null; then echo "dapo_trl is importable before the install" >&2; exit 1; fi
 PYTHONPATH="$repo/src" python -c "
-from dapo_trl.toy import build_char_tokenizer, build_tiny_model
+from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 tokenizer = build_char_tokenizer()
 build_tiny_model(tokenizer, hidden_size=64, num_heads=2, seed=0).save_pretrained('my-model')
 tokenizer.save_pretrained('my-model')" 2>/dev/null

@@ -9,7 +9,7 @@ right condition among four or five options (letters A-E) in random order. Train 
 question (same drug, same options, same order), so held-out accuracy measures reading the options, not memorised
 letters. Drugs are drawn with skewed frequencies, so the model learns some facts before others and groups of sampled
 answers are mixed (dynamic sampling has something to filter). The rows follow the format documented in
-`dapo_trl.choice`; `explanation` is what the CPU demo's supervised warm-up writes inside `<think>...</think>`.
+`dapo_trl.rewards.choice`; `explanation` is what the CPU demo's supervised warm-up writes inside `<think>...</think>`.
 """
 
 from __future__ import annotations

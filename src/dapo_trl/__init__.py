@@ -17,6 +17,10 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`MultipleChoiceReward`], [`extract_choice`], [`load_choice_dataset`]: multiple-choice questions (a domain beyond
   math), composable with TRL's `think_format_reward`.
 
+Layout: `trainer/` holds the trainer's steps (most of them pure functions), `rewards/` the reward functions,
+`verifier/` the math verifier, `run/` what surrounds a run (data, evaluation, launch, plan, console); `dapo_config` and
+`dapo_trainer` are the entry. `dapo_trl.data`, `dapo_trl.evaluation` and `dapo_trl.launch` are aliases of `dapo_trl.run.*`.
+
 Names are imported lazily, so that `import dapo_trl.verifier` pays for neither TRL nor torch; the verifier works without
 TRL installed, while the trainer and the reward function need it (the TRL version is checked when TRL is installed).
 """
@@ -34,42 +38,42 @@ except metadata.PackageNotFoundError:
     _trl_installed = False
 if _trl_installed:
     check_trl_version()
-_NEEDS_TRL = {"dapo_config", "dapo_trainer", "rewards"}
+_NEEDS_TRL = {"dapo_config", "dapo_trainer", "rewards.math", "rewards.choice"}
 
 _EXPORTS = {
     "DAPOConfig": "dapo_config",
     "DAPOTrainer": "dapo_trainer",
-    "MathVerifierReward": "rewards",
+    "MathVerifierReward": "rewards.math",
     "extract_answer": "verifier",
     "verify": "verifier",
     "verify_batch": "verifier",
     "score_completion": "verifier",
-    "OverlongPenalty": "overlong",
-    "soft_overlong_penalty": "overlong",
-    "is_truncated": "overlong",
-    "classify_groups": "sampling",
-    "GroupClassification": "sampling",
-    "RoundPlanner": "sampling",
-    "plan_selection": "sampling",
-    "SelectionPlan": "sampling",
-    "PromptStream": "sampling",
-    "SkipPolicy": "prompt_history",
-    "PromptHistory": "prompt_history",
-    "clipped_surrogate": "loss",
-    "token_level_mean": "loss",
-    "sequence_level_mean": "loss",
-    "dapo_loss": "loss",
-    "PreemptionCallback": "preemption",
-    "PreemptionMixin": "preemption",
-    "latest_complete_checkpoint": "preemption",
-    "DiagnosticsCallback": "diagnostics",
-    "DiagnosticThresholds": "diagnostics",
-    "Diagnosis": "diagnostics",
-    "add_diagnostics": "diagnostics",
-    "diagnose": "diagnostics",
-    "MultipleChoiceReward": "choice",
-    "extract_choice": "choice",
-    "load_choice_dataset": "choice",
+    "OverlongPenalty": "trainer.overlong",
+    "soft_overlong_penalty": "trainer.overlong",
+    "is_truncated": "trainer.overlong",
+    "classify_groups": "trainer.sampling",
+    "GroupClassification": "trainer.sampling",
+    "RoundPlanner": "trainer.sampling",
+    "plan_selection": "trainer.sampling",
+    "SelectionPlan": "trainer.sampling",
+    "PromptStream": "trainer.sampling",
+    "SkipPolicy": "trainer.prompt_history",
+    "PromptHistory": "trainer.prompt_history",
+    "clipped_surrogate": "trainer.loss",
+    "token_level_mean": "trainer.loss",
+    "sequence_level_mean": "trainer.loss",
+    "dapo_loss": "trainer.loss",
+    "PreemptionCallback": "trainer.preemption",
+    "PreemptionMixin": "trainer.preemption",
+    "latest_complete_checkpoint": "trainer.preemption",
+    "DiagnosticsCallback": "trainer.diagnostics",
+    "DiagnosticThresholds": "trainer.diagnostics",
+    "Diagnosis": "trainer.diagnostics",
+    "add_diagnostics": "trainer.diagnostics",
+    "diagnose": "trainer.diagnostics",
+    "MultipleChoiceReward": "rewards.choice",
+    "extract_choice": "rewards.choice",
+    "load_choice_dataset": "rewards.choice",
 }
 
 __all__ = [
@@ -125,16 +129,16 @@ def __dir__():
 
 
 if TYPE_CHECKING:
-    from .choice import MultipleChoiceReward, extract_choice, load_choice_dataset
     from .dapo_config import DAPOConfig
     from .dapo_trainer import DAPOTrainer
-    from .diagnostics import Diagnosis, DiagnosticsCallback, DiagnosticThresholds, add_diagnostics, diagnose
-    from .loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
-    from .overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
-    from .preemption import PreemptionCallback, PreemptionMixin, latest_complete_checkpoint
-    from .prompt_history import PromptHistory, SkipPolicy
-    from .rewards import MathVerifierReward
-    from .sampling import (
+    from .rewards.choice import MultipleChoiceReward, extract_choice, load_choice_dataset
+    from .rewards.math import MathVerifierReward
+    from .trainer.diagnostics import Diagnosis, DiagnosticsCallback, DiagnosticThresholds, add_diagnostics, diagnose
+    from .trainer.loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
+    from .trainer.overlong import OverlongPenalty, is_truncated, soft_overlong_penalty
+    from .trainer.preemption import PreemptionCallback, PreemptionMixin, latest_complete_checkpoint
+    from .trainer.prompt_history import PromptHistory, SkipPolicy
+    from .trainer.sampling import (
         GroupClassification,
         PromptStream,
         RoundPlanner,

@@ -11,8 +11,8 @@ from typing import Any
 from trl import GRPOConfig
 
 from ._validate import check_settings, gguf_problem
-from .preemption import STOP_POINTS
-from .sampling import STRATEGIES
+from .trainer.preemption import STOP_POINTS
+from .trainer.sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
 TRUNCATION_SIDES = ("left", "right", "error")
@@ -118,7 +118,7 @@ class DAPOConfig(GRPOConfig):
             `1 - dynamic_sampling_skip_max_prob` chance to be generated each time the stream reaches it, so prompts
             that become learnable are found again. `0.0` never skips.
 
-        > Preemption and restarts (see `dapo_trl.preemption`)
+        > Preemption and restarts (see `dapo_trl.trainer.preemption`)
 
         preemption_handling (`bool`, *optional*, defaults to `True`):
             On SIGTERM, SIGUSR1 or Ctrl-C (SIGINT), finish the current optimizer step (see `preemption_stop_at`), run

@@ -1,8 +1,10 @@
 """[`DAPOTrainer`]: TRL's `GRPOTrainer` with the DAPO recipe (arXiv 2503.14476).
 
-Glue only. Every decision lives in a pure module (`advantages`, `loss`, `overlong`, `sampling`, `metrics`,
-`reward_checks`, `_batch`); this class connects them to TRL at a few documented override points and never copies a
-TRL private method:
+Glue only. Every decision lives in a module of `dapo_trl.trainer`, most of them pure functions (`advantages`, `loss`,
+`overlong`, `sampling`, `metrics`, `reward_checks`, `batch`; the rounds of dynamic sampling in `dynamic_sampling`,
+preemption in `preemption`); rewards live in `dapo_trl.rewards`, the verifier in `dapo_trl.verifier`, and what surrounds
+a run (data, evaluation, launch, plan, console) in `dapo_trl.run`. This class connects them to TRL at a few documented
+override points and never copies a TRL private method:
 
 | override                                | why                                                                        |
 |-----------------------------------------|----------------------------------------------------------------------------|
@@ -36,39 +38,39 @@ from datasets import IterableDataset
 from torch import nn
 from trl import GRPOConfig, GRPOTrainer
 
-from . import _batch
-from ._dataset_checks import (
+from ._validate import gguf_problem
+from .dapo_config import DAPOConfig
+from .run.console import DefaultsNoticeCallback
+from .trainer import batch as _batch
+from .trainer.advantages import compute_advantages
+from .trainer.dataset_checks import (
     PacingDataset,
     check_prompt_lengths,
     check_train_dataset,
     truncate_prompt_ids,
     warn_duplicates,
 )
-from ._dynamic_sampling import DynamicSamplingMixin
-from ._validate import gguf_problem
-from .advantages import compute_advantages
-from .console import DefaultsNoticeCallback
-from .dapo_config import DAPOConfig
-from .diagnostics import add_diagnostics
-from .loss import (
+from .trainer.diagnostics import add_diagnostics
+from .trainer.dynamic_sampling import DynamicSamplingMixin
+from .trainer.loss import (
     exact_normalizer_applies,
     sequence_clip_flags,
     token_prob_sums,
     trl_num_items_for_exact_normalizer,
     window_token_counts,
 )
-from .overlong import OverlongPenalty, is_truncated
-from .preemption import FreshStartCallback, PreemptionMixin
-from .prompt_history import SkipPolicy
-from .prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
-from .reward_checks import (
+from .trainer.overlong import OverlongPenalty, is_truncated
+from .trainer.preemption import FreshStartCallback, PreemptionMixin
+from .trainer.prompt_history import SkipPolicy
+from .trainer.prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
+from .trainer.reward_checks import (
     check_reward_funcs,
     check_reward_output,
     checked_reward,
     quiet_trl_unscored_warning,
     unscored_rows_message,
 )
-from .sampling import (
+from .trainer.sampling import (
     ConstantRewardWatch,
     GroupClassification,
     RoundPlanner,
@@ -103,7 +105,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
       `gradient_accumulation_steps`), its count is not known before its first backward pass: TRL's normaliser (a token
       mean per generation batch) is kept, with a warning at construction.
     - **Overlong reward shaping** (§3.4): the soft length penalty of Eq. 13, added to the aggregated reward of every
-      scorable completion before advantages are computed ([`~dapo_trl.advantages.compute_advantages`]), logged under
+      scorable completion before advantages are computed ([`~dapo_trl.trainer.advantages.compute_advantages`]), logged under
       `overlong/*`. The reward lists (`reward_funcs`, `reward_func_names`, `reward_weights`,
       `reward_processing_classes`) and the logged `reward` stay exactly what the user passed, as in GRPOTrainer.
     - The paper's monitors: `token_prob/mean`, `token_prob/high_clipped_mean`, response length split by correct and
@@ -321,7 +323,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         Called once at construction. The returned callable receives TRL's reward keyword arguments (`prompts`,
         `completions`, `completion_ids`, `trainer_state`) and returns one float per completion (`<= 0`); the trainer
         adds it to the aggregated reward of each scorable completion before advantages (DAPO Eq. 13, see
-        [`~dapo_trl.advantages.compute_advantages`]). It is not a reward function: the reward lists and the logged
+        [`~dapo_trl.trainer.advantages.compute_advantages`]). It is not a reward function: the reward lists and the logged
         `reward` do not include it, and it is logged under `overlong/*`. Default: [`OverlongPenalty`] from
         `overlong_buffer_len` and `overlong_penalty_factor`.
         """

@@ -16,7 +16,7 @@ import torch
 from transformers import TrainerCallback
 
 from dapo_trl import DAPOTrainer
-from dapo_trl.preemption import PreemptionCallback
+from dapo_trl.trainer.preemption import PreemptionCallback
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD_DIR = Path(os.environ["CLUSTER_RECORD_DIR"])

@@ -20,7 +20,7 @@ from _tiny import GradientCapture, Recorder, ScriptedReward, config, tiny_model_
 from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from dapo_trl.sampling import RoundPlanner  # noqa: E402
+from dapo_trl.trainer.sampling import RoundPlanner  # noqa: E402
 
 torch.set_num_threads(1)
 

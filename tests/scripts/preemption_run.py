@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from dapo_trl.preemption import PreemptionCallback  # noqa: E402
+from dapo_trl.trainer.preemption import PreemptionCallback  # noqa: E402
 
 torch.set_num_threads(1)
 OUT, MODE = Path(sys.argv[1]), sys.argv[2]

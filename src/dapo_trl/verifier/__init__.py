@@ -15,7 +15,7 @@ A component of its own, importable without TRL or torch (`import dapo_trl.verifi
 
 [`extract_answer`] finds the final answer in a completion, [`extract_gold_answer`] does the same for a reference,
 [`verify`] decides whether two extracted answers are equivalent, [`verify_batch`] does it for a training batch, and
-[`score_completion`] chains them. The TRL reward function built on them is `dapo_trl.rewards.MathVerifierReward`.
+[`score_completion`] chains them. The TRL reward function built on them is `dapo_trl.rewards.math.MathVerifierReward`.
 """
 
 from .api import (

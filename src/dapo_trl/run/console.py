@@ -83,7 +83,7 @@ class DefaultsNoticeCallback(TrainerCallback):
         self.shown = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        from .dapo_config import defaults_notice
+        from ..dapo_config import defaults_notice
 
         if self.shown or not state.is_world_process_zero:
             return

@@ -105,7 +105,7 @@ def save_run_outputs(trainer: Any, summary: dict[str, Any]) -> bool:
     Returns:
         `bool`: whether this is the main process, the one that wrote the files and prints the summary.
     """
-    from .diagnostics import fired_diagnoses
+    from ..trainer.diagnostics import fired_diagnoses
     from .plotting import plot_training_curves, save_log_history
 
     out = trainer.args.output_dir

@@ -62,7 +62,7 @@ TRUNCATION_KEYS = ("overlong/truncated_ratio", "completions/clipped_ratio")
 @dataclass(frozen=True)
 class DiagnosticThresholds:
     """
-    Thresholds of the detectors (see the table in `dapo_trl.diagnostics`). All windows count *logged values* of a
+    Thresholds of the detectors (see the table in `dapo_trl.trainer.diagnostics`). All windows count *logged values* of a
     metric, so they scale with `logging_steps`.
 
     Args:
@@ -555,7 +555,7 @@ class DiagnosticsCallback(TrainerCallback):
     At every log it runs the detectors on the recent log history, adds `diagnostics/<name>` to the logged values
     (1 while the detector's symptom is present, else 0) and, the first time a detector fires, logs a warning naming
     the symptom, the numbers and the setting to change. Works with any `Trainer` whose metrics carry the names in
-    `dapo_trl.diagnostics` (GRPOTrainer, DAPOTrainer). Register it with [`add_diagnostics`] so that it runs before the
+    `dapo_trl.trainer.diagnostics` (GRPOTrainer, DAPOTrainer). Register it with [`add_diagnostics`] so that it runs before the
     reporting integrations (Weights & Biases, TensorBoard, ...) and they receive the `diagnostics/*` values too; passed
     in `callbacks=[...]` it runs after them, and the values reach `state.log_history` and the console only.
 

@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from datasets import IterableDataset
 
-from .dapo_config import default_notes
-from .data import prompt_text
+from ..dapo_config import default_notes
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ def check_train_dataset(dataset: Any, args: Any, has_environment: bool) -> list 
         raise ValueError(
             f"The training dataset has no 'prompt' column (its columns are {columns}). Rename the column holding the "
             "prompts to 'prompt' (e.g. dataset.rename_column('question', 'prompt')), or build it with "
-            "dapo_trl.data.load_math_dataset."
+            "dapo_trl.run.data.load_math_dataset."
         )
     if len(dataset) == 0:
         raise ValueError("The training dataset is empty.")
@@ -156,3 +155,28 @@ def truncate_prompt_ids(prompt_ids: list, limit: int, side: str) -> tuple[list, 
         cut += 1
         out.append(ids[len(ids) - limit :] if side == "left" else ids[:limit])
     return out, cut
+
+
+def prompt_text(prompt: Any) -> str:
+    """
+    The text of a prompt: the string itself, or the concatenated contents of a chat-message list.
+
+    Example:
+    ```python
+    >>> prompt_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}])
+    'Be brief.\\n1+1?'
+
+    ```
+    """
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, dict):
+        content = prompt.get("content")
+        if content is None:
+            return ""
+        if isinstance(content, list):  # multimodal content parts: their text
+            return "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return str(content)
+    if isinstance(prompt, list | tuple):
+        return "\n".join(prompt_text(m) for m in prompt)
+    raise TypeError(f"Unsupported prompt of type {type(prompt).__name__}.")

@@ -6,7 +6,7 @@
     (repeat until the batch is full or the rounds run out) -> assemble the batch -> log it once
 
 Decisions (which groups are informative, how big a round is, what is trained, carried or discarded) are made by the
-pure functions of `sampling.py` and the trainer's extension points, on values gathered from every process, so every
+pure functions of `sampling` and the trainer's extension points, on values gathered from every process, so every
 process runs the same rounds; each round is scored in one TRL call (one call per reward function) and generated in
 chunks of at most one generation batch; the rows of a process are all-gathered before the batch is cut into equal
 per-process slices.
@@ -22,11 +22,11 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from . import _batch
-from ._underfill import UnderfillFacts, group_spreads, single_value, underfill_cause, underfill_kind
+from . import batch as _batch
 from .advantages import compute_advantages, nanstd
 from .metrics import merge_completion_metrics, merge_metric
 from .sampling import SelectionPlan, classify_groups, round_up
+from .underfill import UnderfillFacts, group_spreads, single_value, underfill_cause, underfill_kind
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from numbers import Real
 from typing import Any
 
-from .verifier import DEFAULT_TIMEOUT_S, EXTRACTION_MODES, REWARD_RULES, dapo_rule
-from .verifier.api import check_choice, check_num_workers, check_timeout, verify_batch
-from .verifier.extraction import extract, extract_gold, unwrap_gold
+from ..verifier import DEFAULT_TIMEOUT_S, EXTRACTION_MODES, REWARD_RULES, dapo_rule
+from ..verifier.api import check_choice, check_num_workers, check_timeout, verify_batch
+from ..verifier.extraction import extract, extract_gold, unwrap_gold
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class MathVerifierReward:
 
     Example:
     ```python
-    >>> from dapo_trl.rewards import MathVerifierReward
+    >>> from dapo_trl.rewards.math import MathVerifierReward
 
     >>> reward = MathVerifierReward()
     >>> completions = [

@@ -76,7 +76,7 @@ def check_model_path(flag: str, value: str) -> str | None:
             return f"{flag} {value}: the folder holds no config.json, so it is not a saved model."
         return None
     if os.path.isfile(value) and value.lower().endswith(".gguf"):
-        from ._validate import GGUF_ADVICE
+        from .._validate import GGUF_ADVICE
 
         return f"{flag} {value} is a GGUF file, which TRL cannot train from: {GGUF_ADVICE}."
     if os.path.exists(value):
@@ -238,7 +238,7 @@ def print_plan(parser: Any, argv: Sequence[str], script_class: type) -> dict[str
     import dataclasses
     from types import SimpleNamespace
 
-    from .dapo_config import DAPOConfig
+    from ..dapo_config import DAPOConfig
     from .plan import batch_plan, format_plan
 
     values = parse_values(parser, argv)

@@ -373,7 +373,7 @@ class MultipleChoiceReward:
         log_extra: Callable[[str, list], None] | None = None,
         **columns,
     ) -> list[float | None]:
-        from .rewards import completion_text
+        from .math import completion_text
 
         if self.answer_column not in columns:
             seen = sorted(k for k in columns if k not in ("trainer_state", "log_extra", "log_metric", "environments"))

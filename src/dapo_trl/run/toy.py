@@ -46,7 +46,7 @@ Tuning record (2 shared CPU cores, `OMP_NUM_THREADS=1`, torch 2.13 CPU, TRL 1.16
   distinct ones (228 at seed 0) with the math verifier, exactly as `python -m dapo_trl.evaluation` does on its
   run folder (docs/training.md has its current numbers).
   The 2 cores were shared with other jobs during these runs (load 3-5): wall times were 6-12 minutes. Seed 3 shows
-  why the early stop exists: without it its warm-up reached 0.92 (`dapo_trl.toy` driven by hand), only 17-32% of
+  why the early stop exists: without it its warm-up reached 0.92 (`dapo_trl.run.toy` driven by hand), only 17-32% of
   the groups were informative, and the RL phase used 2.4x the CPU time.
   Stock `GRPOTrainer`, same settings, 400 steps from the seed-0 warm-up: 0.45 -> 0.53 in ~120 s of CPU.
 - What RL learns: to commit to one answer style (seeds 0, 1 and 3 move to the work line, 50% -> 96-100% of

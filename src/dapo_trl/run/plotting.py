@@ -115,7 +115,7 @@ def plot_training_curves(log_history: Sequence[dict], path: str | Path, *, title
 
 
 def _mark_diagnoses(log_history: Sequence[dict], axes: dict) -> dict[str, int]:
-    from .diagnostics import fired_from_history
+    from ..trainer.diagnostics import fired_from_history
 
     fired = fired_from_history(log_history)
     for name, step in fired.items():
