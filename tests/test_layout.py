@@ -74,3 +74,30 @@ def test_the_documented_command_lines_still_run(module):
     done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"python -m {module}" in done.stdout or "usage:" in done.stdout
+
+
+def test_the_evaluation_command_line_exits_0_after_a_run(tmp_path):
+    """`python -m dapo_trl.evaluation` runs the module itself: its exit code is the module's, not its return value."""
+    import json
+
+    from tests._tiny import tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(2)))
+    command = [sys.executable, "-m", "dapo_trl.evaluation", "--model", str(tmp_path / "model"), "--dataset", str(data)]
+    command += [
+        "--k",
+        "1",
+        "--max_new_tokens",
+        "2",
+        "--backend",
+        "transformers",
+        "--output",
+        str(tmp_path / "out.json"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "out.json").read_text())["num_prompts"] == 2
