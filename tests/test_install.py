@@ -153,7 +153,8 @@ def test_readme_install_commands_work_as_written(clone, tmp_path_factory, tmp_pa
     dist = tmp_path / "dist"
 
     def real(arg: str) -> str:
-        arg = arg.replace("<repository URL>@<tag or commit>", f"file://{clone}@{commit}")
+        # file://localhost/...: pip 23 reads "name @ git+file:///path" (empty host) as a file path and refuses it
+        arg = arg.replace("<repository URL>@<tag or commit>", f"file://localhost{clone}@{commit}")
         if arg == "./dapo-trl" or arg.startswith("./dapo-trl["):
             arg = str(clone) + arg[len("./dapo-trl") :]
         if arg == "dist" or arg.startswith("dist/"):
