@@ -106,6 +106,23 @@ class Recorder(DAPOTrainer):
         return loss
 
 
+def tiny_trainer(tmp_path, dataset=None, reward=None, cls=Recorder, model=None, **overrides) -> DAPOTrainer:
+    """A `cls` trainer on the tiny model, [`ScriptedReward`] and [`scripted_dataset`], with `config(**overrides)`."""
+    tiny, tokenizer = tiny_model_and_tokenizer()
+    return cls(
+        model=model or tiny,
+        reward_funcs=[reward or ScriptedReward()],
+        args=config(tmp_path, **overrides),
+        train_dataset=dataset if dataset is not None else scripted_dataset(),
+        processing_class=tokenizer,
+    )
+
+
+def logged(trainer, key: str) -> list:
+    """The values of `key` in the trainer's log history, in order."""
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
 class GradientCapture(TrainerCallback):
     """At each optimizer step, keep the gradients, the parameters and the micro-batches that produced them."""
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_gpt2, tiny_model_and_tokenizer
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_gpt2, tiny_model_and_tokenizer, tiny_trainer
 from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -23,17 +23,6 @@ def listed_differences() -> list[int]:
 def test_every_listed_difference_has_a_test():
     tested = sorted(int(name.split("_")[2]) for name in globals() if name.startswith("test_difference_"))
     assert listed_differences() == tested
-
-
-def make(tmp_path, cls=Recorder, dataset=None, reward=None, model=None, **overrides):
-    tiny, tokenizer = tiny_model_and_tokenizer()
-    return cls(
-        model=model or tiny,
-        reward_funcs=[reward or ScriptedReward()],
-        args=config(tmp_path, **overrides),
-        train_dataset=dataset if dataset is not None else scripted_dataset(),
-        processing_class=tokenizer,
-    )
 
 
 def test_difference_1_defaults_and_converted_grpo_config(tmp_path):
@@ -61,14 +50,16 @@ def test_difference_2_steps_spanning_generation_batches_keep_trls_normaliser_wit
     import logging
 
     with caplog.at_level(logging.WARNING, logger="dapo_trl.dapo_trainer"):
-        trainer = make(tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2)
+        trainer = tiny_trainer(
+            tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2
+        )
     assert "token mean is taken per generation batch" in caplog.text
     assert not trainer._exact_normalizer
 
 
 @pytest.mark.integration
 def test_difference_3_prompts_come_from_the_stream_not_the_dataloader(tmp_path):
-    trainer = make(tmp_path, max_steps=2)
+    trainer = tiny_trainer(tmp_path, max_steps=2)
     seen = []
     original = trainer._dynamic_sampling_batch
 
@@ -94,7 +85,7 @@ def test_difference_4_generation_calls_hold_at_most_one_batch_and_maybe_fewer(tm
 
     monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", spy)
     dataset = scripted_dataset(48, kinds=("mixed", "easy", "hard"))
-    make(tmp_path, dataset=dataset, max_steps=2, dynamic_sampling_round_sizing="deficit").train()
+    tiny_trainer(tmp_path, dataset=dataset, max_steps=2, dynamic_sampling_round_sizing="deficit").train()
     batch = config(tmp_path).generation_batch_size
     assert max(sizes) <= batch and min(sizes) < batch
 
@@ -110,7 +101,7 @@ class LengthPenalised(Recorder):
 def test_difference_5_advantages_include_the_overlong_penalty(tmp_path):
     advantages = {}
     for cls in (Recorder, LengthPenalised):
-        trainer = make(tmp_path / cls.__name__, cls=cls, max_steps=1, overlong_shaping=cls is LengthPenalised)
+        trainer = tiny_trainer(tmp_path / cls.__name__, cls=cls, max_steps=1, overlong_shaping=cls is LengthPenalised)
         torch.manual_seed(0)
         trainer.train()
         advantages[cls] = torch.cat([b["advantages"] for b in trainer.recorded])
@@ -120,7 +111,7 @@ def test_difference_5_advantages_include_the_overlong_penalty(tmp_path):
 
 @pytest.mark.integration
 def test_difference_6_metrics_are_merged_per_batch_and_added(tmp_path):
-    trainer = make(tmp_path, max_steps=1, dynamic_sampling_round_sizing="deficit")
+    trainer = tiny_trainer(tmp_path, max_steps=1, dynamic_sampling_round_sizing="deficit")
     trainer.train()
     history = trainer.state.log_history[0]
     for key in ("dynamic_sampling/rounds", "overlong/penalty_mean", "token_prob/mean", "accuracy"):
@@ -141,27 +132,27 @@ class RewardClass:
 @pytest.mark.integration
 def test_difference_7_broken_rewards_are_named(tmp_path):
     with pytest.raises(ValueError, match="'nan_reward' returned NaN"):
-        make(tmp_path, reward=nan_reward, max_steps=1).train()
+        tiny_trainer(tmp_path, reward=nan_reward, max_steps=1).train()
     with pytest.raises(TypeError, match="pass an instance"):
-        make(tmp_path, reward=RewardClass)
+        tiny_trainer(tmp_path, reward=RewardClass)
     with pytest.raises(ValueError, match="no folder of that name"):
-        make(tmp_path, reward="accuracy")
+        tiny_trainer(tmp_path, reward="accuracy")
 
 
 @pytest.mark.integration
 def test_difference_8_small_training_sets(tmp_path):
-    trainer = make(tmp_path, dataset=scripted_dataset(1, kinds=("mixed",)), max_steps=1)
+    trainer = tiny_trainer(tmp_path, dataset=scripted_dataset(1, kinds=("mixed",)), max_steps=1)
     trainer.train()
     assert trainer.state.global_step == 1
     with pytest.raises(ValueError, match="train 0 steps"):
-        make(tmp_path, dataset=scripted_dataset(1), dynamic_sampling=False)
+        tiny_trainer(tmp_path, dataset=scripted_dataset(1), dynamic_sampling=False)
 
 
 def test_difference_9_prompt_column_and_empty_prompts(tmp_path):
     with pytest.raises(ValueError, match="no 'prompt' column"):
-        make(tmp_path, dataset=Dataset.from_dict({"question": ["q?"] * 8, "kind": ["mixed"] * 8}))
+        tiny_trainer(tmp_path, dataset=Dataset.from_dict({"question": ["q?"] * 8, "kind": ["mixed"] * 8}))
     with pytest.raises(ValueError, match=r"2 empty prompts \(rows \[1, 3\]\)"):
-        make(tmp_path, dataset=Dataset.from_dict({"prompt": ["a", "", "b", " "], "kind": ["mixed"] * 4}))
+        tiny_trainer(tmp_path, dataset=Dataset.from_dict({"prompt": ["a", "", "b", " "], "kind": ["mixed"] * 4}))
 
 
 def test_difference_10_vision_language_models_refused_with_dynamic_sampling():
@@ -174,7 +165,7 @@ def test_difference_10_vision_language_models_refused_with_dynamic_sampling():
 
 @pytest.mark.integration
 def test_difference_11_checkpoints_hold_sampler_state_and_half_used_batches(tmp_path):
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         max_steps=1,
         steps_per_generation=2,
@@ -191,12 +182,13 @@ def test_difference_11_checkpoints_hold_sampler_state_and_half_used_batches(tmp_
 def test_difference_12_diagnostics_callback_first_and_flags_logged(tmp_path):
     from dapo_trl import DiagnosticsCallback
 
-    trainer = make(tmp_path, max_steps=1)
+    trainer = tiny_trainer(tmp_path, max_steps=1)
     assert isinstance(trainer.callback_handler.callbacks[0], DiagnosticsCallback)
     trainer.train()
     assert "diagnostics/entropy_collapse" in trainer.state.log_history[0]
     assert not any(
-        isinstance(c, DiagnosticsCallback) for c in make(tmp_path, diagnostics=False).callback_handler.callbacks
+        isinstance(c, DiagnosticsCallback)
+        for c in tiny_trainer(tmp_path, diagnostics=False).callback_handler.callbacks
     )
 
 
@@ -209,7 +201,7 @@ def test_difference_13_a_step_without_a_loss_token_makes_no_update(tmp_path):
             params.append({k: v.detach().clone() for k, v in model.state_dict().items()})
 
     dataset = scripted_dataset(8, kinds=("mixed", "mixed", "easy", "easy"))  # first batch informative, second not
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         dataset=dataset,
         max_steps=2,
@@ -234,7 +226,7 @@ def test_difference_14_positions_are_counted_over_attended_tokens(tmp_path):
             return trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, attention_mask, 3)[0]
 
     for dynamic_sampling, same in ((True, True), (False, False)):  # GPT-2: learned absolute positions
-        trainer = make(tmp_path, model=tiny_gpt2(tokenizer), dynamic_sampling=dynamic_sampling)
+        trainer = tiny_trainer(tmp_path, model=tiny_gpt2(tokenizer), dynamic_sampling=dynamic_sampling)
         unpadded = logps(trainer, ids, torch.ones_like(ids))
         assert torch.allclose(unpadded, logps(trainer, padded, mask), atol=1e-6) is same
 
@@ -242,7 +234,7 @@ def test_difference_14_positions_are_counted_over_attended_tokens(tmp_path):
 def test_difference_15_without_dynamic_sampling_each_epochs_order_depends_on_seed_and_epoch(tmp_path):
     from dapo_trl.trainer.prompt_source import EpochSampler
 
-    trainer = make(tmp_path, dynamic_sampling=False)
+    trainer = tiny_trainer(tmp_path, dynamic_sampling=False)
     trl_sampler = GRPOTrainer._get_train_sampler(trainer)
     passes = [list(trl_sampler) for _ in range(3)]
     resumed = trainer._get_train_sampler()
@@ -263,7 +255,7 @@ def test_difference_16_signals_save_and_stop_instead_of_interrupting(tmp_path):
             self.seen.append(signal.getsignal(signal.SIGINT))
 
     for handling in (True, False):
-        trainer = make(tmp_path, max_steps=1, preemption_handling=handling)
+        trainer = tiny_trainer(tmp_path, max_steps=1, preemption_handling=handling)
         trainer.add_callback(SeeHandlers())
         trainer.train()
         assert (SeeHandlers.seen.pop() is not signal.default_int_handler) is handling

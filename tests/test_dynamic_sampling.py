@@ -4,7 +4,7 @@ import logging
 
 import pytest
 import torch
-from _tiny import KINDS, Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from _tiny import KINDS, Recorder, ScriptedReward, config, logged, scripted_dataset, tiny_model_and_tokenizer
 
 from dapo_trl.trainer.loss import trl_num_items_for_exact_normalizer, window_token_counts
 
@@ -29,10 +29,6 @@ def prompt_kinds(trainer, batch):
     texts = trainer.processing_class.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
     real = batch["advantages"] != 0
     return [KINDS[int(t.strip()[1:-1]) % len(KINDS)] for t, r in zip(texts, real) if r]
-
-
-def logged(trainer, key):
-    return [h[key] for h in trainer.state.log_history if key in h]
 
 
 def test_only_informative_groups_reach_the_loss_in_exact_shapes(tmp_path):

@@ -80,7 +80,7 @@ def test_the_evaluation_command_line_exits_0_after_a_run(tmp_path):
     """`python -m dapo_trl.evaluation` runs the module itself: its exit code is the module's, not its return value."""
     import json
 
-    from tests._tiny import tiny_model_and_tokenizer
+    from _tiny import tiny_model_and_tokenizer
 
     model, tokenizer = tiny_model_and_tokenizer()
     model.save_pretrained(tmp_path / "model")

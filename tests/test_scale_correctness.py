@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from _tiny import Recorder, config, logged, scripted_dataset, tiny_model_and_tokenizer, tiny_trainer
 from datasets import Dataset
 from trl import GRPOTrainer
 
@@ -16,21 +16,6 @@ from dapo_trl.trainer.overlong import soft_overlong_penalty
 pytestmark = pytest.mark.integration
 
 G = 4
-
-
-def make(tmp_path, dataset=None, reward=None, cls=Recorder, model=None, **overrides):
-    tiny, tokenizer = tiny_model_and_tokenizer()
-    return cls(
-        model=model or tiny,
-        reward_funcs=[reward or ScriptedReward()],
-        args=config(tmp_path, **overrides),
-        train_dataset=dataset if dataset is not None else scripted_dataset(),
-        processing_class=tokenizer,
-    )
-
-
-def logged(trainer, key):
-    return [h[key] for h in trainer.state.log_history if key in h]
 
 
 class FourthUnscored:
@@ -59,7 +44,7 @@ class OutputSpy(Recorder):
 
 @pytest.mark.parametrize("dynamic_sampling", [False, True])
 def test_unscorable_rows_stay_unscorable_with_overlong_shaping(tmp_path, dynamic_sampling):
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         reward=FourthUnscored(),
         cls=OutputSpy,
@@ -109,7 +94,7 @@ def refill_dataset(n=60):
 
 
 def test_metrics_of_a_multi_round_step_cover_every_generated_row(tmp_path):
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         dataset=refill_dataset(),
         cls=RewardSpy,
@@ -152,7 +137,7 @@ def test_no_generation_call_holds_more_than_one_generation_batch(tmp_path, monke
         return original(self, prompt_ids, *args, **kwargs)
 
     monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", spy)
-    trainer = make(tmp_path, max_steps=2, dynamic_sampling_margin=8.0)  # a large margin asks for big rounds
+    trainer = tiny_trainer(tmp_path, max_steps=2, dynamic_sampling_margin=8.0)  # a large margin asks for big rounds
     trainer.train()
     rounds = sum(logged(trainer, "dynamic_sampling/rounds"))
     assert len(sizes) > rounds, "no round was large enough to be split"
@@ -177,7 +162,7 @@ def test_fresh_rows_keep_the_exact_on_policy_ratio_next_to_carried_rows(tmp_path
     model, _ = tiny_model_and_tokenizer()
     for layer in model.model.layers:
         layer.self_attn.attention_dropout = 0.3  # dropout makes a second forward differ from the loss forward
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         cls=DropoutRatioSpy,
         model=model,
@@ -203,7 +188,7 @@ def test_fresh_rows_keep_the_exact_on_policy_ratio_next_to_carried_rows(tmp_path
 
 def test_a_training_set_smaller_than_one_generation_batch_trains(tmp_path):
     # 3 prompts, 4 per generation batch: TRL's sampler would drop the incomplete batch and train 0 steps
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path, dataset=scripted_dataset(3, kinds=("mixed",)), max_steps=2, per_device_train_batch_size=16
     )
     trainer.train()
@@ -213,7 +198,7 @@ def test_a_training_set_smaller_than_one_generation_batch_trains(tmp_path):
 
 def test_a_training_set_smaller_than_one_generation_batch_is_refused_without_dynamic_sampling(tmp_path):
     with pytest.raises(ValueError, match="3 prompts but one generation batch needs 4"):
-        make(tmp_path, dataset=scripted_dataset(3), dynamic_sampling=False, per_device_train_batch_size=16)
+        tiny_trainer(tmp_path, dataset=scripted_dataset(3), dynamic_sampling=False, per_device_train_batch_size=16)
 
 
 class SkipEverything(Recorder):
@@ -222,13 +207,13 @@ class SkipEverything(Recorder):
 
 
 def test_skipping_every_prompt_follows_on_exhausted(tmp_path, caplog):
-    trainer = make(tmp_path / "train", cls=SkipEverything, max_steps=1)
+    trainer = tiny_trainer(tmp_path / "train", cls=SkipEverything, max_steps=1)
     with caplog.at_level(logging.WARNING):
         trainer.train()
     assert "No prompt could be drawn" in caplog.text
     assert logged(trainer, "dynamic_sampling/underfilled") == [1.0]
     assert all(b["completion_mask"].sum() == 0 for b in trainer.recorded)
-    trainer = make(tmp_path / "raise", cls=SkipEverything, max_steps=1, dynamic_sampling_on_exhausted="raise")
+    trainer = tiny_trainer(tmp_path / "raise", cls=SkipEverything, max_steps=1, dynamic_sampling_on_exhausted="raise")
     with pytest.raises(RuntimeError, match="No prompt could be drawn"):
         trainer.train()
 
@@ -244,9 +229,9 @@ def test_resume_in_the_middle_of_a_generation_batch_is_exact(tmp_path, dynamic_s
         save_steps=1,
         dynamic_sampling=dynamic_sampling,
     )
-    full = make(tmp_path / "full", **common)
+    full = tiny_trainer(tmp_path / "full", **common)
     full.train()
-    resumed = make(tmp_path / "resumed", **common)
+    resumed = tiny_trainer(tmp_path / "resumed", **common)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))  # mid generation batch
     assert len(full.recorded) == 4 and len(resumed.recorded) == 2
     for a, b in zip(full.recorded[2:], resumed.recorded, strict=True):
@@ -269,7 +254,7 @@ class ClipSpy(DropoutRatioSpy):
 
 def test_sequence_level_clip_ratios_ignore_padding_rows(tmp_path):
     dataset = scripted_dataset(30, kinds=("mixed", "easy"))  # with a sequential stream, each batch is half masked
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         dataset=dataset,
         cls=ClipSpy,
@@ -301,7 +286,7 @@ def test_sequence_level_clip_ratios_ignore_padding_rows(tmp_path):
 
 
 def test_weight_syncs_are_counted(tmp_path):
-    trainer = make(tmp_path)
+    trainer = tiny_trainer(tmp_path)
 
     class FakeGeneration:
         calls = 0
@@ -353,7 +338,7 @@ def constant_reward(completions, **kwargs):
 
 
 def test_a_reward_that_scores_nothing_is_named_and_costs_one_round(tmp_path, caplog):
-    trainer = make(tmp_path, reward=none_reward, max_steps=1, dynamic_sampling_max_rounds=100000)
+    trainer = tiny_trainer(tmp_path, reward=none_reward, max_steps=1, dynamic_sampling_max_rounds=100000)
     with caplog.at_level(logging.WARNING):
         trainer.train()
     assert "'none_reward' returned None for all" in caplog.text
@@ -362,7 +347,7 @@ def test_a_reward_that_scores_nothing_is_named_and_costs_one_round(tmp_path, cap
 
 
 def test_a_constant_reward_is_named_with_its_value(tmp_path, caplog):
-    trainer = make(tmp_path, reward=constant_reward, max_steps=1, dynamic_sampling_max_rounds=2)
+    trainer = tiny_trainer(tmp_path, reward=constant_reward, max_steps=1, dynamic_sampling_max_rounds=2)
     with caplog.at_level(logging.WARNING):
         trainer.train()
     assert "'constant_reward' returned the same value 0.5 for all" in caplog.text
@@ -374,7 +359,7 @@ def test_a_constant_reward_is_named_with_its_value(tmp_path, caplog):
 @pytest.mark.parametrize("level", ["sequence", "token"])
 def test_removed_by_vllm_importance_sampling_is_counted(tmp_path, level):
     """TRL's vLLM correction (mask modes) zeroes the weight of whole sequences or tokens; the trainer counts them."""
-    trainer = make(tmp_path)
+    trainer = tiny_trainer(tmp_path)
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
     if level == "sequence":
         ratio = torch.tensor([[0.0], [1.2], [0.0], [1.0]])  # rows 0 and 2 exceed the cap: 7 tokens removed

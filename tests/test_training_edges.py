@@ -6,28 +6,20 @@ import logging
 
 import pytest
 import torch
-from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_gpt2, tiny_model_and_tokenizer
+from _tiny import (
+    Recorder,
+    logged,
+    scripted_dataset,
+    tiny_gpt2,
+    tiny_model_and_tokenizer,
+    tiny_trainer,
+)
 from datasets import Dataset
 from transformers import TrainerCallback
 
 pytestmark = pytest.mark.integration
 
 G = 4
-
-
-def make(tmp_path, dataset=None, reward=None, cls=Recorder, model=None, **overrides):
-    tiny, tokenizer = tiny_model_and_tokenizer()
-    return cls(
-        model=model or tiny,
-        reward_funcs=[reward or ScriptedReward()],
-        args=config(tmp_path, **overrides),
-        train_dataset=dataset if dataset is not None else scripted_dataset(),
-        processing_class=tokenizer,
-    )
-
-
-def logged(trainer, key):
-    return [h[key] for h in trainer.state.log_history if key in h]
 
 
 def refill_dataset(n=60):
@@ -94,7 +86,7 @@ def one_call_metrics(rows: list[tuple[int, bool, int, int]]) -> dict[str, float]
 
 
 def test_completion_and_tool_metrics_of_a_multi_round_step_are_those_of_one_call(tmp_path):
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         dataset=refill_dataset(),
         cls=ToolRows,
@@ -127,12 +119,12 @@ def test_drop_in_resume_past_the_first_epoch_trains_the_same_prompts_in_the_same
         save_strategy="steps",
         save_steps=1,
     )
-    full = make(tmp_path / "full", **common)
+    full = tiny_trainer(tmp_path / "full", **common)
     full.train()
     epochs = [tuple(sorted(b["prompt_ids"][:, -4:].tolist())) for b in full.recorded]
     assert epochs[0:4] != epochs[4:8], "the test needs epochs in different orders"
     for step in (8, 9):
-        resumed = make(tmp_path / f"resumed-{step}", **common)
+        resumed = tiny_trainer(tmp_path / f"resumed-{step}", **common)
         resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{step}"))
         assert len(resumed.recorded) == 10 - step
         for a, b in zip(full.recorded[step:], resumed.recorded, strict=True):
@@ -196,7 +188,7 @@ def assert_same_state(a: dict, b: dict) -> None:
 def test_a_batch_without_an_informative_group_takes_no_optimizer_step(tmp_path, caplog):
     # Sequential stream, one round per batch: the first batch holds two mixed groups, the next two hold none.
     dataset = scripted_dataset(12, kinds=("mixed", "mixed", "easy", "easy", "hard", "hard"))
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         dataset=dataset,
         max_steps=3,
@@ -255,7 +247,7 @@ def test_repadded_rows_keep_a_ratio_of_one_before_any_update(tmp_path, architect
     model, tokenizer = tiny_model_and_tokenizer()
     if architecture == "gpt2":
         model = tiny_gpt2(tokenizer)
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         cls=LossLogps,
         model=model,
@@ -286,7 +278,7 @@ def test_repadded_rows_keep_a_ratio_of_one_before_any_update(tmp_path, architect
 def test_carried_rows_are_logged_as_stale_by_the_updates_of_one_generation_batch(tmp_path):
     # steps_per_generation=2, gradient_accumulation_steps=1: two optimizer updates per generation batch, so rows
     # carried into the next batch were sampled by a policy two updates older than the one of its first update.
-    trainer = make(
+    trainer = tiny_trainer(
         tmp_path,
         dataset=varied_prompts(),
         max_steps=8,
