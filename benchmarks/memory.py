@@ -26,7 +26,6 @@ OMP_NUM_THREADS=1 python benchmarks/memory.py --quick    # one batch of 8 comple
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import tempfile
 from collections.abc import Sequence
@@ -39,11 +38,11 @@ from datasets import Dataset  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from dapo_trl.dapo_config import DAPOConfig  # noqa: E402
 from dapo_trl.dapo_trainer import DAPOTrainer  # noqa: E402
+from dapo_trl.run.console import quiet_logs  # noqa: E402
 from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model  # noqa: E402
 
 LIMIT_RATIO = 1.5  # issue 21: bound the growth if dynamic sampling exceeds 1.5x GRPOTrainer's peak at equal batch
@@ -247,16 +246,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     torch.manual_seed(0)
-    # Quiet while measuring (underfilled-batch warnings by design), then restore: tests run this in-process.
-    hf_level, ours = hf_logging.get_verbosity(), logging.getLogger("dapo_trl")
-    our_level = ours.level
-    hf_logging.set_verbosity_error()
-    ours.setLevel(logging.ERROR)
-    try:
+    with quiet_logs():  # warnings by design; levels restored after (tests run this in-process)
         results = run(args)
-    finally:
-        hf_logging.set_verbosity(hf_level)
-        ours.setLevel(our_level)
     print(format_table(results, args))
     return results
 

@@ -24,7 +24,6 @@ OMP_NUM_THREADS=1 python benchmarks/staleness.py --steps-per-generation 8 --lear
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import tempfile
 from collections import defaultdict
@@ -35,10 +34,10 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import torch  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
 
 from dapo_trl.dapo_config import DAPOConfig  # noqa: E402
 from dapo_trl.dapo_trainer import DAPOTrainer  # noqa: E402
+from dapo_trl.run.console import quiet_logs  # noqa: E402
 from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model, make_math_dataset  # noqa: E402
 
 STALENESS_KEY = "staleness_probe"  # per-row staleness travelling with the micro-batches (-1: fresh or padding)
@@ -163,16 +162,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> StalenessProbe:
     args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    # Quiet while measuring, then restore: tests run this in-process.
-    hf_level, ours = hf_logging.get_verbosity(), logging.getLogger("dapo_trl")
-    our_level = ours.level
-    hf_logging.set_verbosity_error()
-    ours.setLevel(logging.ERROR)
-    try:
+    with quiet_logs():  # warnings by design; levels restored after (tests run this in-process)
         trainer = run(args)
-    finally:
-        hf_logging.set_verbosity(hf_level)
-        ours.setLevel(our_level)
     staleness = [
         h["dynamic_sampling/carried_staleness"]
         for h in trainer.state.log_history

@@ -56,3 +56,22 @@ def test_summary_fits_a_screen():
     assert "held-out accuracy   0.45 -> 0.54" in lines
     assert any(line.startswith("last logged") and "informative groups 0.62" in line for line in lines)
     assert len(lines) < 25 and max(map(len, lines)) < 120
+
+
+def test_quiet_logs_keeps_only_errors_and_restores_the_levels(caplog):
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from dapo_trl.run.console import quiet_logs
+
+    ours = logging.getLogger("dapo_trl")
+    before = (hf_logging.get_verbosity(), ours.level)
+    with caplog.at_level(logging.WARNING, logger="dapo_trl"):
+        with quiet_logs():
+            logging.getLogger("dapo_trl.trainer").warning("hidden")
+            logging.getLogger("dapo_trl.trainer").error("shown")
+            assert hf_logging.get_verbosity() == hf_logging.ERROR
+        logging.getLogger("dapo_trl.trainer").warning("after")
+    assert [r.getMessage() for r in caplog.records] == ["shown", "after"]
+    assert (hf_logging.get_verbosity(), ours.level) == before

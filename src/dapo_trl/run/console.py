@@ -3,7 +3,9 @@ one-screen end-of-run summary."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from transformers.trainer_callback import ProgressCallback, TrainerCallback
@@ -124,3 +126,23 @@ def training_signal(log_history: list[dict[str, Any]]) -> str:
         f"training signal: {counted}: NOTHING WAS LEARNED (every group's samples were all right or all wrong, so "
         "every advantage was 0); use data closer to the model's level, or warm the model up first"
     )
+
+
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """
+    Only errors from transformers and dapo_trl inside the block (a benchmark whose runs warn by design, e.g. underfilled
+    batches of an untrained model), with both levels restored after it, so that a caller in the same process keeps its
+    warnings.
+    """
+    from transformers.utils import logging as hf_logging
+
+    ours = logging.getLogger("dapo_trl")
+    hf_level, our_level = hf_logging.get_verbosity(), ours.level
+    hf_logging.set_verbosity_error()
+    ours.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(hf_level)
+        ours.setLevel(our_level)
