@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback
@@ -140,6 +142,26 @@ class GradientCapture(TrainerCallback):
                 "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
                 "params": {n: t.detach().clone() for n, t in model.state_dict().items()},
                 "batches": batches,
+            }
+        )
+
+
+class StateCapture(TrainerCallback):
+    """After each optimizer step: the weights, the optimizer state and the scheduler state."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.steps: list[dict] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        self.steps.append(
+            {
+                "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "optimizer": copy.deepcopy(trainer.optimizer.state_dict()),
+                "scheduler": copy.deepcopy(trainer.lr_scheduler.state_dict()),
+                "lr": trainer.lr_scheduler.get_last_lr(),
             }
         )
 

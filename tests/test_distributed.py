@@ -100,11 +100,11 @@ def test_two_processes_skip_the_update_of_a_batch_without_an_informative_group(t
     ]
     for rank in ranks:
         first, *skipped = rank["steps"]
-        assert first["optimizer"], "the first step must have given AdamW moments"
+        assert first["optimizer"]["state"], "the first step must have given AdamW moments"
         for state in skipped:
             for name, value in first["params"].items():
                 assert torch.equal(value, state["params"][name]), name
-            for index, moments in first["optimizer"].items():
+            for index, moments in first["optimizer"]["state"].items():
                 for key, value in moments.items():
-                    assert torch.equal(value, state["optimizer"][index][key]), (index, key)
+                    assert torch.equal(value, state["optimizer"]["state"][index][key]), (index, key)
             assert state["lr"] == first["lr"]

@@ -1,13 +1,13 @@
 """Correct at the edges of training: metrics merged over refill rounds, resume past the first epoch, steps without a
 loss token, padding between the old-log-prob and loss forwards, staleness of carried groups."""
 
-import copy
 import logging
 
 import pytest
 import torch
 from _tiny import (
     Recorder,
+    StateCapture,
     logged,
     scripted_dataset,
     tiny_gpt2,
@@ -15,7 +15,6 @@ from _tiny import (
     tiny_trainer,
 )
 from datasets import Dataset
-from transformers import TrainerCallback
 
 pytestmark = pytest.mark.integration
 
@@ -154,26 +153,6 @@ def test_epoch_sampler_keeps_trls_order_and_restarts_at_any_epoch():
 
 
 # ---------------------------------------------------------------------------------------------- empty batches
-
-
-class StateCapture(TrainerCallback):
-    """After each optimizer step: the weights, the optimizer state and the scheduler state."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.steps: list[dict] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        trainer = self.trainer
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        self.steps.append(
-            {
-                "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                "optimizer": copy.deepcopy(trainer.optimizer.state_dict()),
-                "scheduler": copy.deepcopy(trainer.lr_scheduler.state_dict()),
-                "lr": trainer.lr_scheduler.get_last_lr(),
-            }
-        )
 
 
 def assert_same_state(a: dict, b: dict) -> None:

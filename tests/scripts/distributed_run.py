@@ -7,7 +7,6 @@ Mode `skip`: the first batch holds informative groups, the next ones none; saves
 state and learning rate after every optimizer step.
 """
 
-import copy
 import os
 import sys
 
@@ -16,9 +15,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from _tiny import GradientCapture, Recorder, ScriptedReward, config, tiny_model_and_tokenizer  # noqa: E402
+from _tiny import GradientCapture, Recorder, ScriptedReward, StateCapture, config, tiny_model_and_tokenizer  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import TrainerCallback  # noqa: E402
 
 from dapo_trl.trainer.sampling import RoundPlanner  # noqa: E402
 
@@ -46,23 +44,6 @@ def count_forwards(model) -> list:
 
     model.generate = counted_generate
     return seen
-
-
-class StateCapture(TrainerCallback):
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.steps: list[dict] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        trainer = self.trainer
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        self.steps.append(
-            {
-                "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                "optimizer": copy.deepcopy(trainer.optimizer.state_dict()["state"]),
-                "lr": trainer.lr_scheduler.get_last_lr(),
-            }
-        )
 
 
 def skip_run(out_dir: str) -> None:
