@@ -184,6 +184,12 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._last_penalty: torch.Tensor | None = None
         self._last_lengths: torch.Tensor | None = None
         self._window_tokens: list[float] | None = None
+        # Each optimizer step inside one generation cycle: its loss tokens are known before its first micro-step.
+        self._cycles_aligned = exact_normalizer_applies(
+            steps_per_generation=self.args.steps_per_generation,
+            num_iterations=self.args.num_iterations,
+            gradient_accumulation_steps=self.args.gradient_accumulation_steps,
+        )
         self._exact_normalizer = self._check_token_normalizer()
         self._loss_logps: torch.Tensor | None = None
         self._loss_inputs: dict | None = None
@@ -275,12 +281,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         args = self.args
         if args.loss_type != "dapo":
             return False
-        exact = exact_normalizer_applies(
-            steps_per_generation=args.steps_per_generation,
-            num_iterations=args.num_iterations,
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
-        )
-        if not exact:
+        if not self._cycles_aligned:
             logger.warning(
                 f"steps_per_generation * num_iterations ({args.steps_per_generation} * {args.num_iterations}) is not a "
                 f"multiple of gradient_accumulation_steps ({args.gradient_accumulation_steps}): an optimizer step spans "
@@ -289,7 +290,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 "the step's micro-batches), not over the whole optimizer step. For the paper's exact token-level mean, "
                 "set steps_per_generation to a multiple of gradient_accumulation_steps."
             )
-        return exact
+        return self._cycles_aligned
 
     def _model_context(self) -> int | None:
         config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
@@ -757,9 +758,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     # ------------------------------------------------------------------ exact token-level normaliser
 
     def _prepare_inputs(self, generation_batch):
-        cycle = self.args.steps_per_generation * self.num_iterations
-        aligned = cycle % self.args.gradient_accumulation_steps == 0  # no optimizer step spans two generation cycles
-        if not self.model.training or not aligned or not (self._exact_normalizer or self._ds_active):
+        if not (self.model.training and self._cycles_aligned and (self._exact_normalizer or self._ds_active)):
             return super()._prepare_inputs(generation_batch)
         before = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
