@@ -374,7 +374,7 @@ def load_training_set(script_args: MathScriptArguments):
 # open-r1's `reward_funcs` names of the rewards this library or TRL ships, and what each one becomes here.
 OPEN_R1_REWARDS = {
     "accuracy": "MathVerifierReward (DAPO's +1/-1 correctness of the final answer)",
-    "format": "trl.rewards.think_format_reward (1 when the completion opens with a <think>...</think> block)",
+    "format": "trl.rewards.think_format_reward, for string or chat prompts (1 when it opens with <think>...</think>)",
     "repetition_penalty": "trl.rewards.get_repetition_penalty_reward(ngram_size=3, max_penalty=-1.0)",
     "soft_overlong_punishment": "DAPOConfig's overlong shaping (Eq. 13), applied by the trainer, not a reward column",
 }
@@ -386,7 +386,9 @@ def build_rewards(script_args: MathScriptArguments, training_args: DAPOConfig) -
     library's and TRL's rewards ([`OPEN_R1_REWARDS`]); an unknown name is refused with the list of known ones.
     `reward_weights` follow the names, less the one of `soft_overlong_punishment` (built into the trainer).
     """
-    from trl.rewards import get_repetition_penalty_reward, think_format_reward
+    from trl.rewards import get_repetition_penalty_reward
+
+    from dapo_trl.rewards.format import think_format_reward  # TRL's reads completion[0]["content"]: chat only
 
     names = script_args.reward_funcs or ["accuracy"]
     unknown = [name for name in names if name not in OPEN_R1_REWARDS]

@@ -190,3 +190,16 @@ def test_an_empty_answer_column_falls_back_to_the_solution_column():
     assert MathVerifierReward()(["Answer: 7", "Answer: 9"], **columns) == [1.0, -1.0]
     # An explicit column is taken as it is, even when blank.
     assert MathVerifierReward(answer_column="answer")(["Answer: 7", "Answer: 9"], **columns) == [None, None]
+
+
+def test_think_format_reward_takes_string_and_chat_completions():
+    """open-r1's `format` reward on a dataset of string prompts: TRL's function indexes `completion[0]["content"]`."""
+    from dapo_trl.rewards import format as format_reward
+
+    assert doctest.testmod(format_reward).failed == 0
+    strings = ["<think>\n3 + 4 = 7\n</think>\nAnswer: 7", "Answer: 7", "", "<think>no close"]
+    assert format_reward.think_format_reward(strings, answer=["7"] * 4) == [1.0, 0.0, 0.0, 0.0]
+    assert format_reward.think_format_reward([conversation(s) for s in strings]) == [1.0, 0.0, 0.0, 0.0]
+    assert get_callable_name(format_reward.think_format_reward) == "think_format_reward"  # same metric name as TRL's
+    with pytest.raises(TypeError, match="list of completions"):
+        format_reward.think_format_reward("<think>x</think>")

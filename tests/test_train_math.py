@@ -451,6 +451,8 @@ def test_an_open_r1_recipe_loads_with_its_reward_funcs(tmp_path, monkeypatch):
     assert script_args.reward_funcs == ["accuracy", "format"]
     rewards = train_math.build_rewards(script_args, training_args)
     assert [getattr(f, "__name__", None) for f in rewards] == ["math_verifier", "think_format_reward"]
+    # the recipe's rows are strings unless a chat template is asked for: `format` must score plain completions
+    assert rewards[1](["<think>\n1 + 1 = 2\n</think>\nAnswer: 2", "Answer: 2", ""]) == [1.0, 0.0, 0.0]
     assert training_args.reward_weights == [1.0, 1.0]
     seen = {}
     monkeypatch.setattr("dapo_trl.run.data.load_math_dataset", lambda *args, **kwargs: seen.update(kwargs))
