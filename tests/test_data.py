@@ -286,3 +286,44 @@ def test_a_local_file_without_rows_is_named(tmp_path, name):
     path = _write_empty_files(tmp_path)[name]
     with pytest.raises(ValueError, match=rf"{path} has no rows"):
         load_math_dataset(path)
+
+
+def test_prompt_and_solution_columns_are_recognised(tmp_path, caplog):
+    """TRL's math sets (`prompt` + `solution`, the solution a bare answer) and worked solutions with `\\boxed{}`."""
+    rows = [
+        {"prompt": "What is 3 + 4?", "solution": "7"},
+        {"prompt": "Half of 1?", "solution": r"\frac{1}{2}"},
+        {"prompt": "What is 2 * 5?", "solution": r"Double 5: $2 \cdot 5 = \boxed{10}$, as expected."},
+        {"prompt": "What is 9 - 1?", "solution": "We subtract one from nine and write the result down."},
+    ]
+    path = _write_jsonl(tmp_path / "trl_math.jsonl", rows)
+    for kwargs in ({}, {"answer_column": "solution"}, {"prompt_column": "prompt"}):
+        with caplog.at_level(logging.WARNING):
+            ds = load_math_dataset(path, **kwargs)
+        assert ds["answer"] == ["7", r"\frac{1}{2}", "10"], kwargs  # a solution without a final answer is dropped
+        assert ds["prompt"] == ["What is 3 + 4?", "Half of 1?", "What is 2 * 5?"]  # taken as written
+        assert "Dropped 1 of 4 rows" in caplog.text
+        caplog.clear()
+
+
+def test_answer_column_solution_alone_picks_the_prompt_column(tmp_path):
+    rows = [{"problem": "What is 3 + 4?", "id": 1, "solution": r"So it is \boxed{7}."}]
+    ds = load_math_dataset(_write_jsonl(tmp_path / "p.jsonl", rows), answer_column="solution")
+    assert ds["answer"] == ["7"] and "What is 3 + 4?" in ds["prompt"][0]
+    rows = [{"question": "What is 3 + 4?", "solution": "7"}]
+    ds = load_math_dataset(_write_jsonl(tmp_path / "q.jsonl", rows), answer_column="solution")
+    assert ds["answer"] == ["7"] and ds["prompt"] == ["What is 3 + 4?"]
+
+
+def test_problem_and_plain_solution_keeps_the_answers(tmp_path):
+    """`problem` + `solution` reads as MATH; a bare answer in `solution` (no `\\boxed{}`) is still an answer."""
+    rows = [{"problem": "What is 3 + 4?", "solution": "7"}, {"problem": "x?", "solution": r"So $x = \boxed{2}$."}]
+    assert load_math_dataset(_write_jsonl(tmp_path / "m.jsonl", rows))["answer"] == ["7", "2"]
+
+
+def test_solution_answer_doctests():
+    import doctest
+
+    from dapo_trl.run import data
+
+    assert doctest.testmod(data).failed == 0

@@ -9,7 +9,8 @@ Math datasets in one shape: a `prompt` column (plain text or a chat-message list
 | `HuggingFaceH4/aime_2024`, MATH-500, ... | `problem`    | `problem` + DAPO template       | `answer`                             |
 | `openai/gsm8k` (config `main`)           | `gsm8k`      | `question` + DAPO template      | text after `####` in `answer`        |
 | `question` / `answer` columns, plain     | `question`   | `question` + DAPO template      | `answer`                             |
-| MATH (`solution` with `\boxed{}`)        | `math`       | `problem` + DAPO template       | last `\boxed{}` of `solution`        |
+| MATH (`solution` with `\boxed{}`)        | `math`       | `problem` + DAPO template       | answer of `solution` (see below)     |
+| TRL's math sets (`prompt` + `solution`)  | `columns`    | `prompt`                        | answer of `solution` (see below)     |
 | any file or dataset                      | `columns`    | `prompt_column`                 | `answer_column`                      |
 
 "DAPO template" is [`DAPO_PROMPT_TEMPLATE`], the instruction DAPO-Math-17k's prompts carry; `problem`, `question`,
@@ -17,7 +18,13 @@ Math datasets in one shape: a `prompt` column (plain text or a chat-message list
 prompt as it is. Automatic detection reads the columns (first match: `prompt` + `reward_model`, `question` +
 `answer`, `problem` + `answer`, `problem` + `solution`, `prompt` + `answer`); `question` + `answer` is `gsm8k` only
 when the answers are GSM8K solutions (`... #### 42`), `question` when they are plain answers, so no row a plain
-reading would keep is dropped.
+reading would keep is dropped. Columns that match none of these are read as `columns` when a prompt column (`prompt`,
+`problem`, `question`) and an answer column (`answer`, `solution`) are found, or named (`answer_column="solution"`
+alone picks the prompt column).
+
+A `solution` column holds a worked solution (MATH, open-r1) or a bare answer (TRL's math sets): its answer is
+[`solution_answer`], the last `\boxed{}` of a worked solution, its `Answer:` line, or the value itself when it is a
+plain math answer; a worked solution without a final answer is dropped (counted in the log), never kept whole.
 
 The published DAPO-Math-17k file repeats each of its ~17k prompts about 100 times; [`load_math_dataset`] drops the
 repeats by default (`dedupe=True`) and logs how many went.
@@ -139,12 +146,23 @@ def load_math_dataset(
         elif name_or_path in _KNOWN_HUB_FORMATS:
             dataset_format = _KNOWN_HUB_FORMATS[name_or_path]
         else:
-            dataset_format = _refine_detected(detect_format(raw.column_names), raw, name_or_path)
+            found = _guess_columns(raw.column_names, prompt_column, answer_column)
+            try:
+                dataset_format = detect_format(raw.column_names)
+            except ValueError:
+                if found is None:
+                    raise
+                prompt_column, answer_column = found
+                dataset_format = "columns"
+                logger.info("%s: prompt column %r, answer column %r.", name_or_path, prompt_column, answer_column)
+            dataset_format = _refine_detected(dataset_format, raw, name_or_path)
     logger.info("Loading %s (%d rows) as format %r.", name_or_path, len(raw), dataset_format)
 
     prompt_col, answer_col, answer_fn = _format_spec(dataset_format)
     prompt_col = prompt_column or prompt_col
     answer_col = answer_column or answer_col
+    if answer_fn is _plain_answer and answer_col.split(".")[-1] == "solution":
+        answer_fn = solution_answer
     _require_column(raw, prompt_col, "prompt", name_or_path)
     _require_column(raw, answer_col.split(".")[0], "answer", name_or_path)
     if apply_template is None:
@@ -265,8 +283,48 @@ def _format_spec(dataset_format: str) -> tuple[str, str, Callable[[Any], str | N
     if dataset_format == "gsm8k":
         return "question", "answer", gsm8k_answer
     if dataset_format == "math":
-        return "problem", "solution", boxed_answer
+        return "problem", "solution", solution_answer
     return "prompt", "answer", _plain_answer  # "columns": overridden by prompt_column / answer_column
+
+
+_PROMPT_COLUMNS = ("prompt", "problem", "question")
+_ANSWER_COLUMNS = ("answer", "solution")
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word, not a LaTeX command: 3 of them make a sentence
+
+
+def _guess_columns(columns: list[str], prompt_column: str | None, answer_column: str | None) -> tuple[str, str] | None:
+    """The prompt and answer columns of a dataset no format matches: the given ones, else the first known name found."""
+    prompt = prompt_column or next((c for c in _PROMPT_COLUMNS if c in columns), None)
+    answer = answer_column or next((c for c in _ANSWER_COLUMNS if c in columns), None)
+    return (prompt, answer) if prompt and answer else None
+
+
+def solution_answer(solution: Any) -> str | None:
+    r"""
+    The final answer of a `solution` value: the last `\boxed{}` of a worked solution (MATH, open-r1), its `Answer:`
+    line, or the value itself when it is a plain math answer (TRL's math sets); `None` for a worked solution without
+    a final answer, which would otherwise become a paragraph-long "gold answer" that nothing matches.
+
+    Example:
+    ```python
+    >>> solution_answer(r"Add them: $3 + 4 = 7$, so the sum is $\boxed{7}$.")
+    '7'
+    >>> solution_answer(r"\frac{1}{2}"), solution_answer(42), solution_answer("We add 3 and 4.\nAnswer: 7")
+    ('\\frac{1}{2}', '42', '7')
+    >>> solution_answer("We add the two numbers, then we are done with it.") is None
+    True
+
+    ```
+    """
+    from ..verifier.extraction import extract, extract_gold
+
+    text = _plain_answer(solution)
+    if text is None:
+        return None
+    committed = boxed_answer(text) or extract(text)  # a boxed answer, an `Answer:` line, "the answer is ..."
+    if committed is not None or len(_PROSE_WORD.findall(text)) >= 3:
+        return committed
+    return extract_gold(text)
 
 
 def gsm8k_answer(solution: Any) -> str | None:
