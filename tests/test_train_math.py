@@ -111,6 +111,18 @@ def test_print_plan_refuses_unknown_flags_and_keys(tmp_path, capsys):
     assert stop.value.code == 2 and "no_such_key" in capsys.readouterr().err
 
 
+def test_a_typo_is_named_before_the_error_it_causes(tmp_path, capsys):
+    """`num_generation: 4` used to surface as "generation_batch_size (8) must be divisible by num_generations (16)"."""
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("num_generation: 4\nper_device_train_batch_size: 8\n")
+    for argv in (["--config", str(typo)], ["--config", str(typo), "--print_plan"]):
+        error = run_cli_error([*argv, *ON_CPU, "--output_dir", str(tmp_path / "run")], capsys)
+        assert "'num_generation' (did you mean 'num_generations'?)" in error, error
+        assert "divisible" not in error
+    error = run_cli_error(["--lerning_rate", "1e-4", *ON_CPU, "--output_dir", str(tmp_path / "run")], capsys)
+    assert "'--lerning_rate' (did you mean '--learning_rate'?)" in error, error
+
+
 def test_half_specified_run_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         train_math.main(["--output_dir", str(tmp_path), "--use_cpu", "--dataset_name", "x.jsonl"])

@@ -178,10 +178,57 @@ def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
     """
     import yaml
 
+    argv = list(argv)
+    known = _setting_names(parser)
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        path = argv[argv.index("--config") + 1]
+        try:
+            with open(path) as f:
+                config = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError) as error:
+            parser.error(f"--config {path}: {_one_line(error)}")
+        if isinstance(config, dict):  # anything else is refused below by TRL's parser
+            unknown = [str(key) for key in config if key != "env" and key not in known]
+            if unknown:  # before the dataclasses are built: their checks would report what the typo caused
+                parser.error(f"--config {path}: {unknown_settings(unknown, known)}")
+    flags = [a.split("=", 1)[0][2:] for a in argv if a.startswith("--") and a != "--config"]
+    unknown = [f for f in flags if f not in known and not any(k.startswith(f) for k in known)]  # argparse prefixes
+    if unknown:
+        parser.error(unknown_settings(unknown, known, prefix="--"))
     try:
-        return parser.parse_args_and_config(list(argv))
+        return parser.parse_args_and_config(argv)
     except (ValueError, OSError, yaml.YAMLError) as error:
         parser.error(_one_line(error))
+
+
+def _setting_names(parser: Any) -> set[str]:
+    """What a YAML key or a flag may name: every field of the parser's dataclasses, as flags spell them too."""
+    names = set()
+    for action in parser._actions:
+        names.add(action.dest)
+        names.update(o[2:] for o in action.option_strings if o.startswith("--"))
+    return names
+
+
+def unknown_settings(unknown: Sequence[str], known: set[str] | Sequence[str], prefix: str = "") -> str:
+    """
+    An error naming settings no field has, each with the closest known one (a typo such as `num_generation` otherwise
+    surfaces as the error its missing value causes).
+
+    Example:
+    ```python
+    >>> unknown_settings(["num_generation", "colour"], ["num_generations", "learning_rate"])
+    "unknown settings: 'num_generation' (did you mean 'num_generations'?), 'colour'."
+
+    ```
+    """
+    import difflib
+
+    described = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        described.append(f"'{prefix}{name}'" + (f" (did you mean '{prefix}{close[0]}'?)" if close else ""))
+    return f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(described)}."
 
 
 def _one_line(error: BaseException) -> str:
@@ -213,7 +260,7 @@ def parse_values(parser: Any, argv: Sequence[str]) -> argparse.Namespace:
         config.pop("env", None)
         unknown = parser.set_defaults_with_config(**config)
         if unknown:
-            parser.error(f"--config {path}: unknown settings {unknown[::2]}.")
+            parser.error(f"--config {path}: {unknown_settings([u[2:] for u in unknown[::2]], _setting_names(parser))}")
     namespace, remaining = parser.parse_known_args(argv)
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
