@@ -22,6 +22,15 @@ def test_training_signal_says_whether_the_policy_moved():
     assert training_signal(grpo).endswith("training works")
 
 
+def test_training_signal_does_not_say_training_works_with_a_zero_learning_rate():
+    """Informative groups and a gradient, but `learning_rate: 0` throughout: the weights never moved."""
+    history = [{"dynamic_sampling/informative_frac": 0.5, "grad_norm": 1.2, "learning_rate": 0.0}] * 3
+    line = training_signal(history)
+    assert "training works" not in line and "NOTHING WAS LEARNED" in line and "learning rate 0" in line
+    history.append({"dynamic_sampling/informative_frac": 0.5, "grad_norm": 1.0, "learning_rate": 1e-5})  # warm-up
+    assert training_signal(history).endswith("training works")
+
+
 def test_summary_counts_the_underfilled_steps():
     history = [{"dynamic_sampling/underfilled_steps": 1.0}, {"dynamic_sampling/underfilled_steps": 3.0}]
     assert "underfilled steps   3 (warned once" in format_summary("t", [], history)

@@ -99,8 +99,8 @@ def training_signal(log_history: list[dict[str, Any]]) -> str:
     """
     One line saying whether training moved the model: how many logged steps had informative groups (some reward
     spread within a group: `dynamic_sampling/informative_frac`, else TRL's `frac_reward_zero_std`) and the largest
-    gradient norm. With no informative group and a zero gradient the policy never changed, whatever else the run
-    printed.
+    gradient norm. With no informative group, a zero gradient or a learning rate of 0 at every logged step the policy
+    never changed, whatever else the run printed.
 
     Example:
     ```python
@@ -119,7 +119,14 @@ def training_signal(log_history: list[dict[str, Any]]) -> str:
             informative += frac > 0
     norms = [e["grad_norm"] for e in log_history if isinstance(e.get("grad_norm"), int | float)]
     norm = max(norms, default=0.0)
+    rates = [e["learning_rate"] for e in log_history if isinstance(e.get("learning_rate"), int | float)]
     counted = f"informative groups in {informative} of {steps} generation steps, max grad norm {norm:.3g}"
+    if rates and max(rates) == 0:  # a gradient times a zero step size moves nothing
+        return (
+            f"training signal: {counted}, learning rate 0 at all {len(rates)} logged steps: NOTHING WAS LEARNED (the "
+            "optimizer never moved the weights); set learning_rate above 0, and check lr_scheduler_type and "
+            "warmup_steps against max_steps"
+        )
     if informative and norm > 0:
         return f"training signal: {counted}: training works"
     return (
