@@ -183,3 +183,14 @@ def test_underfill_cause_names_the_setting_before_blaming_the_prompts():
     assert "does not depend on the completion" in text and "ended after round 2" in text
     named = underfill_cause(dataclasses.replace(constant, varying=("verifier",)))
     assert "dynamic_sampling_reward='verifier'" in named
+
+
+def test_underfill_with_no_informative_group_does_not_advise_more_rounds():
+    """0 of 153 groups informative: more rounds draw more of the same, so the advice is the data or the model."""
+    hard = underfill_cause(facts(groups=153, all_correct=0, all_wrong=153, informative=0))
+    assert "Raise dynamic_sampling_max_rounds" not in hard and "no group was informative" in hard
+    assert "easier prompts" in hard and "warm the model up" in hard
+    easy = underfill_cause(facts(groups=20, all_correct=20, all_wrong=0, informative=0))
+    assert "Raise dynamic_sampling_max_rounds" not in easy and "harder prompts" in easy
+    some = underfill_cause(facts(groups=20, all_correct=2, all_wrong=16, informative=2))
+    assert "Raise dynamic_sampling_max_rounds" in some  # a few informative groups: more rounds fill the batch

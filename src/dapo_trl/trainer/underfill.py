@@ -131,6 +131,18 @@ def underfill_cause(facts: UnderfillFacts) -> str:
             f"{figures}; {_truncation(facts)}, too short to reach an answer, so completions score alike. Raise "
             "max_completion_length."
         )
+    if facts.informative == 0:  # more rounds draw more of the same: only the data or the model can change it
+        remedy = (
+            "use harder prompts (or a harder share of the dataset)"
+            if kind == "too_easy"
+            else "use easier prompts, or warm the model up first (a short supervised pass on answers in the reward's "
+            "format, see docs/real_model.md), and check that the reward reads the answers the model writes"
+        )
+        return (
+            f"{figures}: no group was informative, so more rounds (dynamic_sampling_max_rounds) would draw more of "
+            f"the same; the prompts are too {'easy' if kind == 'too_easy' else 'hard'} for the model. To get a "
+            f"training signal, {remedy}.{_early(facts)}"
+        )
     return (
         f"{figures}: most prompts are too "
         f"{'easy' if kind == 'too_easy' else 'hard'} for the model. Raise dynamic_sampling_max_rounds, or use a "
