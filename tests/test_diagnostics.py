@@ -135,6 +135,19 @@ def test_vanishing_signal_on_underfilled_batches_names_max_rounds():
     assert "too hard" in found.advice and "dynamic_sampling_max_rounds (now 4)" in found.advice
 
 
+def test_vanishing_signal_with_no_informative_group_does_not_advise_more_rounds():
+    h = history(
+        dynamic_sampling__informative_frac=0.0,
+        dynamic_sampling__all_correct_frac=0.0,
+        dynamic_sampling__all_wrong_frac=1.0,
+        dynamic_sampling__rounds=4.0,
+        dynamic_sampling__underfilled=1.0,
+    )
+    found = DETECTORS["vanishing_signal"](h, T, {"dynamic_sampling_max_rounds": 4})
+    assert found is not None and "too hard" in found.advice
+    assert "dynamic_sampling_max_rounds" not in found.advice  # 0 informative: more rounds find none either
+
+
 def test_vanishing_signal_silent_when_groups_are_informative():
     h = history(
         dynamic_sampling__informative_frac=0.6, dynamic_sampling__rounds=1.0, dynamic_sampling__underfilled=0.0

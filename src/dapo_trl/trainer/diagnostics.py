@@ -308,7 +308,7 @@ def detect_vanishing_signal(history: History, t: DiagnosticThresholds, settings:
             f"{means.get('underfilled', 0.0):.0%} of batches underfilled)"
         )
         advice = _data_advice(means, settings)
-        if underfilled:
+        if underfilled and means["informative_frac"] > 0:  # with none informative, more rounds find none either
             advice += f"; or raise {_setting(settings, 'dynamic_sampling_max_rounds')} to fill the batches"
         return Diagnosis("vanishing_signal", steps[-1], symptom, advice, means)
 
