@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer
+from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer, tiny_trainer
 from datasets import Dataset
 
 from dapo_trl.dapo_trainer import BUFFER_STATE_NAME, SAMPLER_STATE_NAME
@@ -237,3 +237,26 @@ def test_following_the_underfill_advice_with_a_reward_that_scores_nothing_does_n
     rounds = [h["dynamic_sampling/rounds"] for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
     assert rounds == [1.0, 1.0]
     assert "No completion of this batch could be scored" in caplog.text
+
+
+def test_constant_reward_advice_tells_all_wrong_from_a_reward_that_ignores_the_completion():
+    from dapo_trl.trainer.reward_checks import constant_reward_advice
+
+    wrong = constant_reward_advice(-1.0, filters=True, correct_value=1.0)  # a verifier on prompts the model fails
+    assert "scored wrong" in wrong and "easier prompts" in wrong and "dynamic_sampling_reward" not in wrong
+    right = constant_reward_advice(1.0, filters=True, correct_value=1.0)
+    assert "too easy" in right and "dynamic_sampling_reward" not in right
+    unknown = constant_reward_advice(1.0, filters=True, correct_value=None)  # a reward with no correct value
+    assert "does not look at the completion, set dynamic_sampling_reward" in unknown
+
+
+def test_a_verifier_that_scores_every_completion_wrong_is_not_called_blind(tmp_path, caplog):
+    """The model is simply always wrong: the warning must not advise another dynamic_sampling_reward."""
+    trainer = tiny_trainer(
+        tmp_path, dataset=scripted_dataset(kinds=("hard",)), max_steps=1, dynamic_sampling_max_rounds=2
+    )
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert "'scripted' returned the same value -1 for all" in caplog.text
+    assert "Every completion was scored wrong" in caplog.text
+    assert "If it does not look at the completion" not in caplog.text

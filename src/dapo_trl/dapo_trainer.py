@@ -67,6 +67,7 @@ from .trainer.reward_checks import (
     check_reward_funcs,
     check_reward_output,
     checked_reward,
+    constant_reward_advice,
     quiet_trl_unscored_warning,
     unscored_rows_message,
 )
@@ -639,16 +640,12 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                     "Check the dataset column it reads (e.g. MathVerifierReward's answer_column) and that its gold "
                     "answers parse; rows no reward can score get no advantage and are never trained on."
                 )
-            elif self._ds_active and i == self._filter_index:
-                advice = (
-                    "Dynamic sampling filters on this reward (dynamic_sampling_reward), so no group can be informative "
-                    "while it scores every completion alike. If it does not look at the completion, set "
-                    "dynamic_sampling_reward to the reward that does (or 'total')."
-                )
             else:
-                advice = (
-                    "Either every completion is scored alike (the prompts are far too easy or too hard for the "
-                    "model) or the function does not look at the completion; check it."
+                correct = getattr(self.reward_funcs[i], "correct_reward", None)
+                advice = constant_reward_advice(
+                    scored[0].item(),
+                    filters=self._ds_active and i == self._filter_index,
+                    correct_value=float(correct) if isinstance(correct, int | float) else None,
                 )
             logger.warning(f"Reward function {name!r} {detail} of this batch. {advice}")
 

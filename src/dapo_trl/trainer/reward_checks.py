@@ -72,6 +72,47 @@ def check_reward_funcs(reward_funcs: Any) -> None:
         )
 
 
+def constant_reward_advice(value: float, *, filters: bool, correct_value: float | None) -> str:
+    """
+    What to do about a reward function that gave one value to every completion of a batch. A reward that declares its
+    correct value (`correct_reward`, as MathVerifierReward does) reads the completion: one value below it means every
+    completion was wrong (the model does not solve the prompts yet), one at it that every completion was right, and
+    neither is fixed by choosing another filter reward or by more rounds. Without a correct value the two readings
+    (prompts far from the model's level, a reward that ignores the completion) cannot be told apart, so both are named.
+
+    Example:
+    ```python
+    >>> constant_reward_advice(-1.0, filters=True, correct_value=1.0).split(":")[0]
+    'Every completion was scored wrong (-1, below the correct value 1)'
+    >>> "dynamic_sampling_reward" in constant_reward_advice(1.0, filters=True, correct_value=None)
+    True
+
+    ```
+    """
+    if correct_value is not None and value < correct_value:
+        return (
+            f"Every completion was scored wrong ({value:g}, below the correct value {correct_value:g}): the model does "
+            "not solve these prompts yet, or does not write its answer where the reward reads it. No group can be "
+            "informative until some completions are right: use easier prompts, warm the model up first (a short "
+            "supervised pass on answers in the reward's format, see docs/real_model.md), and check the answer column."
+        )
+    if correct_value is not None:
+        return (
+            f"Every completion was scored correct ({value:g}): the prompts are too easy for the model; use harder "
+            "ones (dynamic_sampling_skip leaves out prompts that are always solved)."
+        )
+    if filters:
+        return (
+            "Dynamic sampling filters on this reward (dynamic_sampling_reward), so no group can be informative while "
+            "it scores every completion alike. If it does not look at the completion, set dynamic_sampling_reward to "
+            "the reward that does (or 'total')."
+        )
+    return (
+        "Either every completion is scored alike (the prompts are far too easy or too hard for the model) or the "
+        "function does not look at the completion; check it."
+    )
+
+
 def _describe(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
