@@ -292,3 +292,20 @@ def test_warmup_then_grpo_raises_held_out_accuracy(tokenizer, tmp_path):
     trainer.train()
     after = sampled_accuracy(trainer.model, tokenizer, test, max_new_tokens=28)
     assert after > before + 0.03
+
+
+def test_public_tiny_model_and_tokenizer_builds_saves_and_reloads(tmp_path):
+    """`dapo_trl.tiny_model_and_tokenizer`: the offline pair a first script starts from, loadable by path."""
+    import doctest
+
+    from transformers import AutoModelForCausalLM
+
+    import dapo_trl
+    from dapo_trl.run import toy
+
+    assert "tiny_model_and_tokenizer" in dapo_trl.__all__
+    assert doctest.testmod(toy).failed == 0
+    model, tokenizer = dapo_trl.tiny_model_and_tokenizer(str(tmp_path / "tiny"), seed=1)
+    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "tiny"))
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "tiny")).decode(tokenizer("1+2?\n")["input_ids"]) == "1+2?\n"
+    assert torch.equal(reloaded.lm_head.weight, model.lm_head.weight)

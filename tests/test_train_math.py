@@ -129,6 +129,32 @@ def test_half_specified_run_is_refused(tmp_path, capsys):
     assert "both --model_name_or_path and --dataset_name" in capsys.readouterr().err
 
 
+@pytest.mark.integration
+def test_lora_flags_train_and_save_an_adapter(tmp_path):
+    """TRL's ModelConfig flags (`--use_peft --lora_r --lora_target_modules`) reach DAPOTrainer: docs/training.md."""
+    pytest.importorskip("peft")
+    from dapo_trl import tiny_model_and_tokenizer
+
+    model_dir = tmp_path / "tiny-model"
+    tiny_model_and_tokenizer(str(model_dir), hidden_size=32)
+    rows = [{"prompt": f"What is {i}+{i}?\n", "answer": str(2 * i)} for i in range(16)]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "run"
+    train_math.main(
+        [
+            "--model_name_or_path", str(model_dir), "--dataset_name", str(tmp_path / "train.jsonl"),
+            "--output_dir", str(out), "--use_cpu", "--bf16", "false", "--gradient_checkpointing", "false",
+            "--report_to", "none", "--max_steps", "1", "--num_generations", "4", "--per_device_train_batch_size", "8",
+            "--max_completion_length", "8", "--learning_rate", "1e-2", "--warmup_steps", "0", "--save_strategy", "no",
+            "--dynamic_sampling", "false", "--dtype", "float32",
+            "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj",
+        ]
+    )  # fmt: skip
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
+    assert not (out / "model.safetensors").exists()  # the adapter, not a full copy of the model
+
+
 def assert_outputs(out: Path, *, demo: bool = False):
     names = (*train_math.MODEL_FILES, *train_math.DEMO_ARTEFACTS) if demo else ("metrics.jsonl", "config.json")
     for name in (*names, "training_curves.png", "eval_summary.json", "dapo_run.json"):

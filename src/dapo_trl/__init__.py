@@ -16,6 +16,7 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
   of GRPO's failure modes from the logged metrics.
 - [`MultipleChoiceReward`], [`extract_choice`], [`load_choice_dataset`]: multiple-choice questions (a domain beyond
   math), composable with TRL's `think_format_reward`.
+- [`tiny_model_and_tokenizer`]: a tiny model and tokenizer built offline, for a first script or a test.
 
 Layout: `trainer/` holds the trainer's steps (most of them pure functions), `rewards/` the reward functions,
 `verifier/` the math verifier, `run/` what surrounds a run (data, evaluation, launch, plan, console); `dapo_config` and
@@ -74,6 +75,7 @@ _EXPORTS = {
     "MultipleChoiceReward": "rewards.choice",
     "extract_choice": "rewards.choice",
     "load_choice_dataset": "rewards.choice",
+    "tiny_model_and_tokenizer": "run.toy",
 }
 
 __all__ = [
@@ -111,6 +113,7 @@ __all__ = [
     "MultipleChoiceReward",
     "extract_choice",
     "load_choice_dataset",
+    "tiny_model_and_tokenizer",
 ]
 
 
@@ -133,6 +136,7 @@ if TYPE_CHECKING:
     from .dapo_trainer import DAPOTrainer
     from .rewards.choice import MultipleChoiceReward, extract_choice, load_choice_dataset
     from .rewards.math import MathVerifierReward
+    from .run.toy import tiny_model_and_tokenizer
     from .trainer.diagnostics import Diagnosis, DiagnosticsCallback, DiagnosticThresholds, add_diagnostics, diagnose
     from .trainer.loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean
     from .trainer.overlong import OverlongPenalty, is_truncated, soft_overlong_penalty

@@ -4,6 +4,7 @@ The pieces:
 
 - [`build_char_tokenizer`] / [`build_tiny_model`]: a character-level tokenizer and a ~0.34M-parameter Qwen2 model
   built locally; saved together, they reload with `AutoTokenizer` / `AutoModelForCausalLM` as themselves.
+  [`tiny_model_and_tokenizer`] (public as `dapo_trl.tiny_model_and_tokenizer`) builds (and saves) both at once.
 - [`make_math_dataset`]: addition/subtraction problems in DAPO's answer format (the completion's last line is
   `Answer: N`), easy and hard mixed so that some groups are all-correct or all-wrong (dynamic sampling has something
   to filter), with an optional work line so that completion lengths vary (token-level loss and overlong shaping have
@@ -195,6 +196,51 @@ def build_tiny_model(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     return model
+
+
+def tiny_model_and_tokenizer(
+    save_to: str | None = None, *, hidden_size: int = 64, num_heads: int = 2, seed: int = 0
+) -> tuple[Any, Any]:
+    """
+    A tiny causal language model and its tokenizer, built on the spot with nothing downloaded: for a first script, a
+    test or a bug report that must run offline in seconds. The tokenizer is [`build_char_tokenizer`] (one token per
+    character, padding on the left), the model [`build_tiny_model`] (a 2-layer `Qwen2ForCausalLM`, ~0.1M parameters
+    with the defaults, random weights). From random weights every completion of a verifier reward is wrong, so expect
+    no learning signal; `dapo_trl.run.toy.warmup_sft` (what `configs/cpu_demo.yaml` runs) brings it to where RL learns.
+
+    Args:
+        save_to (`str`, *optional*):
+            A folder to save both to (`save_pretrained`), so that the pair loads by path like a Hub model:
+            `DAPOTrainer(model=save_to, ...)`, `--model_name_or_path save_to`, and a reference model (`beta > 0`),
+            which TRL loads from the model's path.
+        hidden_size (`int`, *optional*, defaults to `64`):
+            Width of the model.
+        num_heads (`int`, *optional*, defaults to `2`):
+            Attention heads; must divide `hidden_size`.
+        seed (`int`, *optional*, defaults to `0`):
+            Seeds the weight initialisation.
+
+    Returns:
+        `tuple[transformers.Qwen2ForCausalLM, transformers.Qwen2Tokenizer]`: the model and its tokenizer.
+
+    Example:
+    ```python
+    >>> from dapo_trl import tiny_model_and_tokenizer
+
+    >>> model, tokenizer = tiny_model_and_tokenizer()
+    >>> tokenizer.decode(tokenizer("What is 2+3?")["input_ids"])
+    'What is 2+3?'
+    >>> sum(p.numel() for p in model.parameters()) < 200_000
+    True
+
+    ```
+    """
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_heads=num_heads, seed=seed)
+    if save_to is not None:
+        model.save_pretrained(save_to)
+        tokenizer.save_pretrained(save_to)
+    return model, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------------------------
