@@ -57,3 +57,41 @@ def test_plot_writes_the_png_with_and_without_diagnoses(tmp_path):
     quiet = plot_training_curves(run_history({}), tmp_path / "quiet.png", title="t")
     marked = plot_training_curves(run_history({"reward_hacking": 25}), tmp_path / "marked.png", title="t")
     assert quiet.stat().st_size > 10_000 and marked.stat().st_size > 10_000
+
+
+def _panel(fig, title):
+    return next(ax for ax in fig.axes if ax.get_title() == title)
+
+
+def test_heldout_accuracy_is_plotted():
+    import doctest
+
+    import matplotlib.pyplot as plt
+
+    from dapo_trl.run import plotting
+
+    assert doctest.testmod(plotting).failed == 0
+    history = [{"step": s, "accuracy": 0.3, "eval_accuracy": 0.2 + s / 100} for s in (10, 20)]
+    fig = plotting.training_curves_figure(
+        history, heldout=plotting.heldout_points({"eval": {"avg@4": 0.4, "k": 4}}, 20)
+    )
+    labels = [line.get_label() for line in _panel(fig, "accuracy").lines]
+    assert "held-out accuracy (eval)" in labels and "held-out accuracy" in labels
+    plt.close(fig)
+
+
+def test_before_filtering_shows_when_it_equals_the_rollout_line():
+    """All groups informative: the "before filtering" reward equals the rollout reward step for step."""
+    import matplotlib.pyplot as plt
+
+    from dapo_trl.run.plotting import training_curves_figure
+
+    history = [{"step": s, "reward": s / 10, "dynamic_sampling/reward_before_filter": s / 10} for s in range(1, 6)]
+    fig = training_curves_figure(history)
+    lines = {line.get_label(): line for line in _panel(fig, "reward").lines}
+    before, rollout = lines["before filtering"], lines["rollout reward"]
+    assert list(before.get_ydata()) == list(rollout.get_ydata())
+    assert before.get_zorder() > rollout.get_zorder()  # drawn on top ...
+    assert (before.get_linestyle(), before.get_marker()) != (rollout.get_linestyle(), rollout.get_marker())
+    assert before.get_linewidth() < rollout.get_linewidth()  # ... and thinner, so the one under shows around it
+    plt.close(fig)

@@ -23,6 +23,7 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("dynamic_sampling/accuracy_before_filter", "before filtering"),
             ("dynamic_sampling/accuracy_after_filter", "after filtering"),
             ("accuracy", "rollout accuracy"),
+            ("eval_accuracy", "held-out accuracy (eval)"),
         ),
     ),
     ("entropy", (("entropy", "token entropy"),)),
@@ -51,6 +52,19 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ),
 )
 
+# Lines that may coincide with another: the filter keeps every group when all are informative, so "before filtering"
+# can equal the rollout value step for step. A wide pale line under a dashed one with hollow markers shows both.
+_UNDER = {"linewidth": 4, "alpha": 0.35, "zorder": 2}
+_OVER = {"linestyle": "--", "marker": "o", "fillstyle": "none", "markersize": 4, "zorder": 3}
+STYLES: dict[str, dict] = {
+    "reward": _UNDER,
+    "accuracy": _UNDER,
+    "dynamic_sampling/reward_before_filter": _OVER,
+    "dynamic_sampling/accuracy_before_filter": _OVER,
+    "eval_accuracy": {"marker": "D", "linewidth": 2, "zorder": 4},
+}
+HELDOUT_STYLE = {"marker": "D", "markersize": 7, "linestyle": ":", "color": "black", "zorder": 5}
+
 # The panel on which each diagnosis (`diagnostics/<name>`) is marked; others go on the first panel.
 DIAGNOSIS_PANELS: dict[str, str] = {
     "entropy_collapse": "entropy",
@@ -74,12 +88,62 @@ def series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[float
     return steps, values
 
 
-def plot_training_curves(log_history: Sequence[dict], path: str | Path, *, title: str | None = None) -> Path:
+def heldout_points(summary: dict, last_step: int) -> list[tuple[int, float]]:
     """
-    Write a PNG with one panel per group of [`PANELS`]: reward and accuracy before/after filtering, entropy, response
-    length, clip and truncation fractions, informative fraction and rounds per batch. Metrics that were never logged are
-    left out. Each diagnosis that fired (`diagnostics/<name>` of [`DiagnosticsCallback`]) is marked by a dashed red
-    line at its first step on the matching panel ([`DIAGNOSIS_PANELS`]) and listed under the figure.
+    Held-out accuracy from a run's summary, as (step, value): the CPU demo's before/after RL measurement
+    (`accuracy_before_rl` at step 0, `accuracy_after_rl` at the last step), else the final evaluation's avg@k.
+
+    Example:
+    ```python
+    >>> heldout_points({"accuracy_before_rl": 0.45, "accuracy_after_rl": 0.54}, 300)
+    [(0, 0.45), (300, 0.54)]
+    >>> heldout_points({"eval": {"avg@4": 0.25, "pass@4": 0.5, "k": 4}}, 20)
+    [(20, 0.25)]
+
+    ```
+    """
+    if summary.get("accuracy_before_rl") is not None and summary.get("accuracy_after_rl") is not None:
+        return [(0, float(summary["accuracy_before_rl"])), (last_step, float(summary["accuracy_after_rl"]))]
+    evaluation = summary.get("eval") or {}
+    avg = evaluation.get(f"avg@{evaluation.get('k')}")
+    return [(last_step, float(avg))] if isinstance(avg, int | float) else []
+
+
+def plot_training_curves(
+    log_history: Sequence[dict],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    heldout: Sequence[tuple[int, float]] = (),
+) -> Path:
+    """
+    Write a PNG of [`training_curves_figure`]: one panel per group of [`PANELS`], held-out accuracy (`heldout`, see
+    [`heldout_points`]) on the accuracy panel.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = training_curves_figure(log_history, title=title, heldout=heldout)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def training_curves_figure(
+    log_history: Sequence[dict], *, title: str | None = None, heldout: Sequence[tuple[int, float]] = ()
+):
+    """
+    The figure of the training curves, one panel per group of [`PANELS`]: reward and accuracy before/after filtering
+    (the "before filtering" line dashed with hollow markers over a wide pale rollout line, so that both show when they
+    are equal), held-out accuracy (`eval_accuracy` when the run evaluated, and the `heldout` points: (step, accuracy)),
+    entropy, response length, clip and truncation fractions, informative fraction and rounds per batch. Metrics that
+    were never logged are left out. Each diagnosis that fired (`diagnostics/<name>` of [`DiagnosticsCallback`]) is
+    marked by a dashed red line at its first step on the matching panel ([`DIAGNOSIS_PANELS`]) and listed under the
+    figure.
     """
     import matplotlib
 
@@ -92,8 +156,12 @@ def plot_training_curves(log_history: Sequence[dict], path: str | Path, *, title
         for key, label in keys:
             steps, values = series(log_history, key)
             if steps:
-                ax.plot(steps, values, label=label, marker="." if len(steps) < 30 else None)
+                style = {"marker": "." if len(steps) < 30 else None, **STYLES.get(key, {})}
+                ax.plot(steps, values, label=label, **style)
                 drawn = True
+        if panel == "accuracy" and heldout:
+            ax.plot(*zip(*heldout), label="held-out accuracy", **HELDOUT_STYLE)
+            drawn = True
         ax.set_title(panel)
         ax.set_xlabel("optimizer step")
         if drawn:
@@ -107,11 +175,7 @@ def plot_training_curves(log_history: Sequence[dict], path: str | Path, *, title
     if fired:
         listed = ", ".join(f"{name} (step {step})" for name, step in fired.items())
         fig.text(0.01, 0.01, f"diagnoses: {listed}", color="tab:red", fontsize=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _mark_diagnoses(log_history: Sequence[dict], axes: dict) -> dict[str, int]:

@@ -106,7 +106,7 @@ def save_run_outputs(trainer: Any, summary: dict[str, Any]) -> bool:
         `bool`: whether this is the main process, the one that wrote the files and prints the summary.
     """
     from ..trainer.diagnostics import fired_diagnoses
-    from .plotting import plot_training_curves, save_log_history
+    from .plotting import heldout_points, plot_training_curves, save_log_history
 
     out = trainer.args.output_dir
     trainer.save_model(out)  # every process calls it (ZeRO-3 gathers the weights); the Trainer writes once
@@ -115,7 +115,10 @@ def save_run_outputs(trainer: Any, summary: dict[str, Any]) -> bool:
     save_log_history(trainer.state.log_history, os.path.join(out, "metrics.jsonl"))
     try:
         plot_training_curves(
-            trainer.state.log_history, os.path.join(out, "training_curves.png"), title=summary["task"]
+            trainer.state.log_history,
+            os.path.join(out, "training_curves.png"),
+            title=summary["task"],
+            heldout=heldout_points(summary, trainer.state.global_step),
         )
     except ImportError:
         logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png")
