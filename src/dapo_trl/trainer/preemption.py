@@ -148,7 +148,8 @@ class PreemptionCallback(TrainerCallback):
     A second signal stops at once, without saving: Ctrl-C raises `KeyboardInterrupt`, SIGTERM and SIGUSR1 take their
     default action (the process is killed). [`PreemptionMixin`] makes sure that leaves no incomplete `checkpoint-N`.
     The same signal arriving again within 2 seconds counts as the first one (a launcher forwarding the signal that a
-    scheduler also sent every process).
+    scheduler also sent every process), and so does a SIGTERM within 2 seconds of Ctrl-C (a terminal's Ctrl-C reaches
+    `accelerate launch` and its training process alike, and the launcher then stops that process with SIGTERM).
 
     The wait for the stop point is bounded by `timeout`: if the stop point is not reached in time (a step that never
     ends, e.g. dynamic sampling refilling a batch no group of which is informative), the process logs why and exits
@@ -245,14 +246,19 @@ class PreemptionCallback(TrainerCallback):
         name = signal.Signals(signum).name
         now = time.monotonic()
         if self.received is not None:
-            if signum == self.received and now - self._received_at < _REPEAT_WINDOW_S:
+            if now - self._received_at < _REPEAT_WINDOW_S and _same_request(self.received, signum):
                 logger.warning(
-                    f"{name} received again within {_REPEAT_WINDOW_S:g} s: taken as the same request (a launcher "
-                    "forwarding it); send it again to stop at once."
+                    f"{name} received {now - self._received_at:.2f} s after "
+                    f"{signal.Signals(self.received).name}: taken as the same request (a launcher passing it on); "
+                    "send a signal again to stop at once."
                 )
                 return
             self._stop_at_once(signum)
             return
+        self._request(signum, now)
+
+    def _request(self, signum: int, now: float) -> None:
+        name = signal.Signals(signum).name
         self.received, self._received_at = signum, now
         point = "rollout" if self.stop_at == "rollout" else "step"
         if signum == signal.SIGINT:
@@ -358,6 +364,16 @@ class PreemptionCallback(TrainerCallback):
                 torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
                 flag = bool(value.item())
         return flag
+
+
+def _same_request(first: int, then: int) -> bool:
+    """
+    Whether signal `then`, arriving shortly after `first`, is the same stop request passed on by a launcher: the same
+    signal again (a scheduler signalled every process and the launcher forwards its copy), or SIGTERM after Ctrl-C
+    (a terminal sends SIGINT to the launcher and its training processes alike, and accelerate's launcher then stops
+    its training process with SIGTERM).
+    """
+    return then == first or (first == signal.SIGINT and then == signal.SIGTERM)
 
 
 def _completes_epoch(state) -> bool:
