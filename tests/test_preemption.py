@@ -690,3 +690,31 @@ def test_one_ctrl_c_to_the_process_group_saves_under_every_launcher(tmp_path, la
     checkpoint = tmp_path / f"checkpoint-{record['global_step']}"
     assert latest_complete_checkpoint(tmp_path) == str(checkpoint)
     assert (checkpoint / "optimizer.pt").is_file()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("launcher", ["accelerate", "torchrun"])
+def test_a_training_process_whose_launcher_is_killed_saves_and_stops(tmp_path, launcher):
+    import psutil
+
+    process, log = start_in_own_group(launcher, tmp_path)
+    try:
+        wait_for_file(tmp_path / "progress-rank0", process, timeout=240)
+        workers = [
+            p
+            for p in psutil.Process(process.pid).children(recursive=True)
+            if "preemption_run" in " ".join(p.cmdline())
+        ]
+        assert len(workers) == 1, workers
+        process.kill()  # the launcher dies without passing anything on
+        process.wait()
+        _, alive = psutil.wait_procs(workers, timeout=120)  # bounds the test; the stop takes a step and a save
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+    console = (tmp_path / "console.log").read_text()
+    assert not alive, "the training process trained on after its launcher was killed"
+    record = json.loads((tmp_path / "exit-rank0.json").read_text())
+    assert record["stopped_at_step"] == record["global_step"] > 0, console[-4000:]
+    assert latest_complete_checkpoint(tmp_path) == str(tmp_path / f"checkpoint-{record['global_step']}")

@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -67,6 +68,10 @@ _LEGACY_PARTIAL_PREFIX = ".partial-"  # staging folders of earlier versions, sti
 # A launcher forwards the signal a scheduler also sent every process (SLURM signals all of a job step's processes):
 # the same signal again within this many seconds is that copy, not a second request.
 _REPEAT_WINDOW_S = 2.0
+# A training process started by `torchrun` / `accelerate launch` checks this often whether its launcher is still there.
+_LAUNCHER_POLL_S = 1.0
+# Variables that torchrun (and accelerate's multi-process launch) and accelerate's single-process launcher set.
+_LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "ACCELERATE_DYNAMO_BACKEND")
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 _JIT_INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"  # how transformers' JIT checkpointing marks a partial save
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -145,6 +150,10 @@ class PreemptionCallback(TrainerCallback):
     optimizer states) and to stop. An evaluation due at that step (or at the end of the epoch that step completes)
     runs before the save, as it would in an uninterrupted run, so the resumed run continues exactly like one.
 
+    A training process started by `torchrun` or `accelerate launch` also stops this way (exit code 75) when its
+    launcher is gone (killed with SIGKILL, or by the out-of-memory killer): it checks every second, instead of
+    training on as an orphan.
+
     A second signal stops at once, without saving: Ctrl-C raises `KeyboardInterrupt`, SIGTERM and SIGUSR1 take their
     default action (the process is killed). [`PreemptionMixin`] makes sure that leaves no incomplete `checkpoint-N`.
     The same signal arriving again within 2 seconds counts as the first one (a launcher forwarding the signal that a
@@ -210,6 +219,7 @@ class PreemptionCallback(TrainerCallback):
         self._saved = False  # the stop step's checkpoint is saved and no evaluation ran after it
         self._timer: threading.Timer | None = None
         self._previous: dict[int, object] = {}
+        self._watch_stop: threading.Event | None = None
 
     @property
     def preempted(self) -> bool:
@@ -234,10 +244,15 @@ class PreemptionCallback(TrainerCallback):
             signum = getattr(signal, name, None)
             if signum is not None:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
+        if started_by_a_launcher():
+            self._watch_launcher()
 
     def uninstall(self) -> None:
-        """Restore the handlers that were there before [`install`] and stop the timeout."""
+        """Restore the handlers that were there before [`install`] and stop the timeout and the launcher watch."""
         self._cancel_timer()
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+            self._watch_stop = None
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
@@ -269,6 +284,25 @@ class PreemptionCallback(TrainerCallback):
                 "(a second signal stops at once, without saving)."
             )
         self._start_timer(name)
+
+    def _watch_launcher(self) -> None:
+        # A launcher killed outright (SIGKILL, the out-of-memory killer) passes nothing on: its training processes are
+        # re-parented and would train on, unseen, until the end. Its loss is a stop request like SIGTERM.
+        launcher = os.getppid()
+        if launcher <= 1:
+            return
+        stop = self._watch_stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(_LAUNCHER_POLL_S):
+                if os.getppid() != launcher:
+                    _stderr_off_the_launchers_pipe()
+                    if self.received is None:
+                        logger.warning(f"The launcher (process {launcher}) is gone: stopping as on SIGTERM.")
+                        self._request(signal.SIGTERM, time.monotonic())
+                    return
+
+        threading.Thread(target=watch, name="dapo-launcher-watch", daemon=True).start()
 
     def _stop_at_once(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -364,6 +398,23 @@ class PreemptionCallback(TrainerCallback):
                 torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
                 flag = bool(value.item())
         return flag
+
+
+def started_by_a_launcher() -> bool:
+    """Whether this process was started by `torchrun` or `accelerate launch` (by the variables they set)."""
+    return any(name in os.environ for name in _LAUNCHER_VARIABLES)
+
+
+def _stderr_off_the_launchers_pipe() -> None:
+    """
+    Point stderr at stdout (or nowhere) when it is a pipe: accelerate's launcher reads its training process's stderr
+    through one, and once the launcher is gone every write there fails (a warning during the save would end it).
+    """
+    with contextlib.suppress(OSError):
+        if not stat.S_ISFIFO(os.fstat(2).st_mode):
+            return
+        target = 1 if not stat.S_ISFIFO(os.fstat(1).st_mode) else os.open(os.devnull, os.O_WRONLY)
+        os.dup2(target, 2)
 
 
 def _same_request(first: int, then: int) -> bool:
