@@ -454,13 +454,17 @@ class PreemptionMixin:
     - **Auto-resume.** `train()` without `resume_from_checkpoint` resumes from [`latest_complete_checkpoint`] of
       `output_dir` when `args.auto_resume` is true (a fresh start when there is none), and `resume_from_checkpoint=True`
       means the newest *complete* checkpoint. The main process decides and tells the others.
+    - **No silent overwrite.** A `train()` that would start at step 0 in an `output_dir` holding a complete checkpoint
+      (neither `auto_resume` nor `resume_from_checkpoint`) is refused with the two settings to choose from, unless
+      `args.overwrite_output_dir` is true: then that folder's checkpoints are deleted first, so a later resume cannot
+      pick one of the old run's.
     - **Preemption.** Unless `args.preemption_handling` is false, `train()` adds a [`PreemptionCallback`]
       (`args.preemption_stop_at`, `args.preemption_timeout`; with `"rollout"` the rollout end is read from TRL's
       micro-batch counter) and, when it stopped training, raises `SystemExit(PREEMPTION_EXIT_CODE)` (130 after
       Ctrl-C) once `train()` has finished its own clean-up.
 
     Settings are read from `args` with these defaults when absent (e.g. a plain `GRPOConfig`): `auto_resume=False`,
-    `preemption_handling=True`, `preemption_stop_at="rollout"`, `preemption_timeout=600`.
+    `overwrite_output_dir=False`, `preemption_handling=True`, `preemption_stop_at="rollout"`, `preemption_timeout=600`.
 
     With `save_on_each_node=True` (one disk per node), each node's local main process publishes its own copy. On a
     filesystem shared by the nodes keep the default `save_on_each_node=False`: with `True`, two processes would write
@@ -484,6 +488,8 @@ class PreemptionMixin:
             if latest is not None:
                 logger.info(f"Resuming from {latest} (the newest complete checkpoint).")
             resume_from_checkpoint = latest
+        elif resume_from_checkpoint is None and self._agreed_latest_checkpoint() is not None:
+            self._start_over_or_refuse()
         callback = self._preemption_callback()
         try:
             output = super().train(
@@ -500,6 +506,16 @@ class PreemptionMixin:
             )
             raise SystemExit(code)
         return output
+
+    def _start_over_or_refuse(self) -> None:
+        # Checkpoints are never destroyed without an explicit setting: a rerun of the same command is refused.
+        args = self.args
+        if not getattr(args, "overwrite_output_dir", False):
+            raise ValueError(fresh_start_conflict(args.output_dir))
+        if args.should_save:
+            removed = remove_checkpoints(args.output_dir)
+            logger.warning(f"overwrite_output_dir: deleted {', '.join(removed)} of {args.output_dir}; starting over.")
+        self.accelerator.wait_for_everyone()
 
     def _agreed_latest_checkpoint(self) -> str | None:
         from accelerate.utils import broadcast_object_list
@@ -637,27 +653,34 @@ def resume_hint(args) -> str:
     latest = latest_complete_checkpoint(args.output_dir) or os.path.join(args.output_dir, "checkpoint-N")
     return (
         f"To resume, run the same command with --auto_resume true (or --resume_from_checkpoint {latest}); "
-        "without either a rerun starts again at step 0."
+        "without either a rerun is refused (--overwrite_output_dir true starts over)."
     )
 
 
-def fresh_start_warning(output_dir: str | os.PathLike) -> str | None:
-    """The warning for a run that starts at step 0 in `output_dir` although it holds a complete checkpoint, else `None`."""
+def fresh_start_conflict(output_dir: str | os.PathLike) -> str | None:
+    """
+    Why a run may not start at step 0 in `output_dir`: it holds a complete checkpoint, which the run's own
+    checkpoints would replace step by step. `None` when it holds none.
+    """
     latest = latest_complete_checkpoint(output_dir)
     if latest is None:
         return None
     return (
-        f"{output_dir} holds complete checkpoints (newest: {latest}), but this run starts at step 0: it neither "
-        f"resumes nor keeps them apart (its checkpoints replace theirs step by step). To continue that run, pass "
-        f"--resume_from_checkpoint {latest} or --auto_resume true; to start over, use another output_dir."
+        f"{output_dir} holds complete checkpoints (newest: {latest}); this run would start at step 0 and replace "
+        "them. Choose: --auto_resume true (or --resume_from_checkpoint <checkpoint>) to continue that run, or "
+        "--overwrite_output_dir true to start over (its checkpoints are deleted first); or use another output_dir."
     )
 
 
-class FreshStartCallback(TrainerCallback):
-    """Warns, on the main process, when training starts at step 0 in an output folder that holds a checkpoint."""
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0 and state.is_world_process_zero:
-            warning = fresh_start_warning(args.output_dir)
-            if warning:
-                logger.warning(warning)
+def remove_checkpoints(output_dir: str | os.PathLike) -> list[str]:
+    """Delete the `checkpoint-N` folders (and partially written ones) of `output_dir`; returns their names."""
+    output_dir = os.fspath(output_dir)
+    names = [
+        name
+        for name in sorted(os.listdir(output_dir))
+        if (_CHECKPOINT_RE.match(name) or name.startswith((PARTIAL_PREFIX, _LEGACY_PARTIAL_PREFIX)))
+        and os.path.isdir(os.path.join(output_dir, name))
+    ]
+    for name in names:
+        shutil.rmtree(os.path.join(output_dir, name))
+    return names
