@@ -379,3 +379,46 @@ def test_a_user_script_with_only_the_import_swapped(tmp_path, import_line):
         assert isinstance(trainer, DAPOTrainer)
         groups = [h["dynamic_sampling/groups_trained"] for h in trainer.state.log_history if "loss" in h]
         assert groups == [trainer._ds_target] * 3  # every batch full of informative groups, from the stream
+
+
+# ---------------------------------------------------------------------------------------------------- environments
+
+
+def environment_owned_reward(completions, environment, **kwargs):
+    """What a multi-environment run with `get_reward` on its environments gives: one value per environment."""
+    return [1.0 if name == "game" else 0.0 for name in environment]
+
+
+def test_a_reward_that_is_one_value_per_environment_ends_the_refill():
+    from dapo_trl.trainer.sampling import ConstantRewardWatch
+
+    watch = ConstantRewardWatch(min_completions=8)
+    values = torch.tensor([[1.0] * 4, [0.0] * 4])  # (groups, G): environment "game" gives 1, "code" gives 0
+    assert not watch.update(values, environments=["game", "code"])
+    assert watch.update(values, environments=["game", "code"]), "8 completions of 2 groups in each environment"
+    restored = ConstantRewardWatch(min_completions=8)
+    restored.load_state_dict(watch.state_dict())
+    assert restored.established
+    assert not watch.update(torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0] * 4]), environments=["game", "code"])
+
+
+@pytest.mark.integration
+def test_an_environment_owned_reward_stops_refilling_like_a_constant_reward(tmp_path):
+    """TRL's multi-environment runs where each environment returns the reward: a refill cannot find a mixed group."""
+    from _tiny import config, tiny_model_and_tokenizer
+    from datasets import Dataset
+
+    from dapo_trl import DAPOTrainer
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    data = Dataset.from_dict({"prompt": [f"q{i}?\n" for i in range(64)], "environment": ["game", "code"] * 32})
+    trainer = DAPOTrainer(
+        model=model,
+        reward_funcs=[environment_owned_reward],
+        args=config(tmp_path, max_steps=3),
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    rounds = [h["dynamic_sampling/rounds"] for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
+    assert rounds[-1] == 1, rounds  # one round once each environment's value is established, not max_rounds

@@ -1,5 +1,6 @@
 """Preemption: a signal stops training at a step boundary with a complete checkpoint; a restart resumes it exactly."""
 
+import contextlib
 import json
 import os
 import signal
@@ -628,3 +629,92 @@ def test_ctrl_c_under_accelerate_launch_stops_both_processes_at_the_same_step(tm
     assert latest_complete_checkpoint(tmp_path) == str(checkpoint)
     assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"} <= {p.name for p in checkpoint.iterdir()}
     assert console.count("Ctrl-C: stopping after this step and saving") == 2
+
+
+# ---------------------------------------------------------------------------------------------------- launchers
+
+
+def launch_line(launcher, out, mode):
+    import socket
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = [RUN, str(out), mode]
+    if launcher == "python":
+        return [sys.executable, *script]
+    if launcher == "accelerate":  # `make demo`'s launch: accelerate's single-process launcher
+        return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--mixed_precision", "no",
+                "--dynamo_backend", "no", *script]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "1",
+        "--master_port",
+        str(port),
+        *script,
+    ]
+
+
+def start_in_own_group(launcher, out, mode="train"):
+    """Starts the run as a terminal starts a command: in a process group of its own, which Ctrl-C signals whole."""
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "ACCELERATE_USE_CPU": "true"}
+    log = open(out / "console.log", "w")  # noqa: SIM115
+    process = subprocess.Popen(
+        launch_line(launcher, out, mode), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    return process, log
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("launcher", ["python", "accelerate", "torchrun"])
+def test_one_ctrl_c_to_the_process_group_saves_under_every_launcher(tmp_path, launcher):
+    """A terminal's Ctrl-C signals the launcher and the training process; the launcher's own SIGTERM follows."""
+    process, log = start_in_own_group(launcher, tmp_path)
+    try:
+        wait_for_file(tmp_path / "progress-rank0", process, timeout=240)
+        os.killpg(process.pid, signal.SIGINT)
+        code, console = finish(process, log, tmp_path, timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "stopping at once" not in console, console[-4000:]
+    assert "Ctrl-C: stopping after this step and saving" in console, console[-4000:]
+    record = json.loads((tmp_path / "exit-rank0.json").read_text())
+    assert record["stopped_at_step"] == record["global_step"] > 0, (code, console[-4000:])
+    checkpoint = tmp_path / f"checkpoint-{record['global_step']}"
+    assert latest_complete_checkpoint(tmp_path) == str(checkpoint)
+    assert (checkpoint / "optimizer.pt").is_file()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("launcher", ["accelerate", "torchrun"])
+def test_a_training_process_whose_launcher_is_killed_saves_and_stops(tmp_path, launcher):
+    import psutil
+
+    process, log = start_in_own_group(launcher, tmp_path)
+    try:
+        wait_for_file(tmp_path / "progress-rank0", process, timeout=240)
+        workers = [
+            p
+            for p in psutil.Process(process.pid).children(recursive=True)
+            if "preemption_run" in " ".join(p.cmdline())
+        ]
+        assert len(workers) == 1, workers
+        process.kill()  # the launcher dies without passing anything on
+        process.wait()
+        _, alive = psutil.wait_procs(workers, timeout=120)  # bounds the test; the stop takes a step and a save
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+    console = (tmp_path / "console.log").read_text()
+    assert not alive, "the training process trained on after its launcher was killed"
+    record = json.loads((tmp_path / "exit-rank0.json").read_text())
+    assert record["stopped_at_step"] == record["global_step"] > 0, console[-4000:]
+    assert latest_complete_checkpoint(tmp_path) == str(tmp_path / f"checkpoint-{record['global_step']}")

@@ -12,7 +12,13 @@ from test_train_math import ROOT, train_math
 from transformers import TrainerCallback
 
 from dapo_trl import DAPOTrainer
-from dapo_trl.trainer.preemption import PREEMPTION_EXIT_CODE, fresh_start_warning, resume_hint
+from dapo_trl.dapo_config import DAPOConfig
+from dapo_trl.trainer.preemption import (
+    PREEMPTION_EXIT_CODE,
+    fresh_start_conflict,
+    latest_complete_checkpoint,
+    resume_hint,
+)
 
 
 def complete_checkpoint(folder, step):
@@ -26,16 +32,22 @@ def test_resume_hint_names_the_flag_a_rerun_needs(tmp_path):
     latest = complete_checkpoint(tmp_path, 4)
     hint = resume_hint(SimpleNamespace(output_dir=str(tmp_path), auto_resume=False))
     assert "--auto_resume true" in hint and f"--resume_from_checkpoint {latest}" in hint
-    assert "step 0" in hint
+    assert "refused" in hint and "--overwrite_output_dir true" in hint
     assert "same command again" in resume_hint(SimpleNamespace(output_dir=str(tmp_path), auto_resume=True))
 
 
-def test_fresh_start_warning_only_next_to_a_complete_checkpoint(tmp_path):
-    assert fresh_start_warning(tmp_path) is None
+def test_fresh_start_conflict_only_next_to_a_complete_checkpoint(tmp_path):
+    assert fresh_start_conflict(tmp_path) is None
     (tmp_path / "checkpoint-3").mkdir()  # incomplete: no trainer state
-    assert fresh_start_warning(tmp_path) is None
-    latest = complete_checkpoint(tmp_path, 2)
-    assert f"--resume_from_checkpoint {latest}" in fresh_start_warning(tmp_path)
+    assert fresh_start_conflict(tmp_path) is None
+    complete_checkpoint(tmp_path, 2)
+    assert "--auto_resume true" in fresh_start_conflict(tmp_path)
+    assert "--overwrite_output_dir true" in fresh_start_conflict(tmp_path)
+
+
+def test_auto_resume_and_overwrite_output_dir_together_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="overwrite_output_dir"):
+        DAPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, auto_resume=True, overwrite_output_dir=True)
 
 
 class SignalAt(TrainerCallback):
@@ -60,7 +72,7 @@ def make(output_dir, **overrides):
 
 
 @pytest.mark.integration
-def test_a_preempted_run_says_how_to_resume_and_a_fresh_rerun_warns(tmp_path, caplog):
+def test_a_preempted_run_says_how_to_resume_and_a_rerun_never_replaces_its_checkpoints(tmp_path, caplog):
     trainer = make(tmp_path)
     trainer.add_callback(SignalAt(step=2))
     with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.preemption"), pytest.raises(SystemExit) as stop:
@@ -68,16 +80,20 @@ def test_a_preempted_run_says_how_to_resume_and_a_fresh_rerun_warns(tmp_path, ca
     assert stop.value.code == PREEMPTION_EXIT_CODE
     checkpoint = tmp_path / "checkpoint-2"
     assert f"--resume_from_checkpoint {checkpoint}" in caplog.text and "--auto_resume true" in caplog.text
-    caplog.clear()
-    rerun = make(tmp_path)  # the same command again, auto_resume off: starts at step 0, and says so
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.preemption"):
+    saved = (checkpoint / "trainer_state.json").read_text()
+    rerun = make(tmp_path)  # the same command again, auto_resume off: refused before any step
+    with pytest.raises(ValueError, match="--overwrite_output_dir true") as refused:
         rerun.train()
-    assert "holds complete checkpoints" in caplog.text and str(checkpoint) in caplog.text
-    caplog.clear()
+    assert "--auto_resume true" in str(refused.value) and str(checkpoint) in str(refused.value)
+    assert rerun.state.global_step == 0 and (checkpoint / "trainer_state.json").read_text() == saved
     resumed = make(tmp_path, auto_resume=True)
-    with caplog.at_level(logging.WARNING, logger="dapo_trl.trainer.preemption"):
-        resumed.train()
-    assert "holds complete checkpoints" not in caplog.text
+    resumed.train()
+    assert resumed.state.global_step == 3
+    over = make(tmp_path, overwrite_output_dir=True, max_steps=1)  # starts over: the old checkpoints go first
+    (tmp_path / "_partial-checkpoint-9").mkdir()
+    over.train()
+    assert over.state.global_step == 1 and latest_complete_checkpoint(tmp_path) is None
+    assert not [p for p in os.listdir(tmp_path) if "checkpoint-" in p]
 
 
 class Stop(Exception):

@@ -139,7 +139,12 @@ class DAPOConfig(GRPOConfig):
         auto_resume (`bool`, *optional*, defaults to `False`):
             `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
             `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
-            restarts with the same command. Checkpoints are published atomically either way.
+            restarts with the same command. Checkpoints are published atomically either way. Without it (and without
+            `resume_from_checkpoint`), a run into an `output_dir` that holds a complete checkpoint is refused rather
+            than replacing it; see `overwrite_output_dir`.
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            Start at step 0 in an `output_dir` that holds checkpoints, deleting its `checkpoint-N` folders first. Set it
+            for one run, not in a command a scheduler reruns (each restart would start over). Not with `auto_resume`.
 
         > Diagnostics
 
@@ -282,6 +287,10 @@ class DAPOConfig(GRPOConfig):
         default=False,
         metadata={"help": "Resume from the newest complete checkpoint in output_dir when there is one."},
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start at step 0 in an output_dir that holds checkpoints, deleting them first."},
+    )
 
     # Diagnostics
     diagnostics: bool = field(
@@ -414,6 +423,11 @@ class DAPOConfig(GRPOConfig):
                 "preemption_handling and transformers' enable_jit_checkpoint both handle SIGTERM. Keep "
                 "preemption_handling (all processes stop at the same step, checkpoints are published atomically) and "
                 "set enable_jit_checkpoint=False, or set preemption_handling=False."
+            )
+        if self.auto_resume and self.overwrite_output_dir:
+            raise ValueError(
+                "auto_resume=True continues the run in output_dir and overwrite_output_dir=True deletes its "
+                "checkpoints to start over: set one of them to False."
             )
         if self.auto_resume and self.save_only_model:
             raise ValueError(

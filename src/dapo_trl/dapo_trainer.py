@@ -60,7 +60,7 @@ from .trainer.loss import (
     window_token_counts,
 )
 from .trainer.overlong import OverlongPenalty, is_truncated
-from .trainer.preemption import FreshStartCallback, PreemptionMixin
+from .trainer.preemption import PreemptionMixin
 from .trainer.prompt_history import SkipPolicy
 from .trainer.prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
 from .trainer.reward_checks import (
@@ -210,7 +210,6 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if self.args.diagnostics:
             add_diagnostics(self)
         self.add_callback(DefaultsNoticeCallback())
-        self.add_callback(FreshStartCallback())
 
     # ------------------------------------------------------------------ set-up
 

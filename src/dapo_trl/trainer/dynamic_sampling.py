@@ -118,7 +118,7 @@ class DynamicSamplingMixin:
             if not indices:
                 break
             scored = self._generate_and_score_round(indices, rows)
-            self._select_round(step, scored)
+            self._select_round(step, scored, environments=[row.get("environment") for row in rows])
             if torch.isnan(scored.rewards).all():
                 break  # no reward could score anything: more rounds would cost as much and find nothing
             if step.ended_constant:
@@ -253,7 +253,7 @@ class DynamicSamplingMixin:
         # `old_per_token_logps`) never computes those log-probabilities, so compute them while that policy is current.
         return self.args.dynamic_sampling_carry_over and "old_per_token_logps" not in out
 
-    def _select_round(self, step: _Step, scored: _Round) -> None:
+    def _select_round(self, step: _Step, scored: _Round, environments: list | None = None) -> None:
         """Decide which groups of the round are informative and keep this process's rows of those groups."""
         G, args = self.num_generations, self.args
         self._round_penalty = scored.penalty
@@ -268,7 +268,7 @@ class DynamicSamplingMixin:
             self._skip_policy.record(scored.indices, classes, step=self.state.global_step, informative=informative)
         self._planner.update(len(scored.indices), int(informative.sum()))
         # every round, so that its state is the same after a resume
-        self._constant_watch.update(values, found_informative=bool(informative.any()))
+        self._constant_watch.update(values, found_informative=bool(informative.any()), environments=environments)
         step.ended_constant = self._filter_looks_constant() and not bool(informative.any())
 
         # Number informative groups in generation order, continuing the count of earlier rounds.

@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -67,6 +68,10 @@ _LEGACY_PARTIAL_PREFIX = ".partial-"  # staging folders of earlier versions, sti
 # A launcher forwards the signal a scheduler also sent every process (SLURM signals all of a job step's processes):
 # the same signal again within this many seconds is that copy, not a second request.
 _REPEAT_WINDOW_S = 2.0
+# A training process started by `torchrun` / `accelerate launch` checks this often whether its launcher is still there.
+_LAUNCHER_POLL_S = 1.0
+# Variables that torchrun (and accelerate's multi-process launch) and accelerate's single-process launcher set.
+_LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "ACCELERATE_DYNAMO_BACKEND")
 TRAINER_STATE_NAME = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 _JIT_INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"  # how transformers' JIT checkpointing marks a partial save
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -145,10 +150,15 @@ class PreemptionCallback(TrainerCallback):
     optimizer states) and to stop. An evaluation due at that step (or at the end of the epoch that step completes)
     runs before the save, as it would in an uninterrupted run, so the resumed run continues exactly like one.
 
+    A training process started by `torchrun` or `accelerate launch` also stops this way (exit code 75) when its
+    launcher is gone (killed with SIGKILL, or by the out-of-memory killer): it checks every second, instead of
+    training on as an orphan.
+
     A second signal stops at once, without saving: Ctrl-C raises `KeyboardInterrupt`, SIGTERM and SIGUSR1 take their
     default action (the process is killed). [`PreemptionMixin`] makes sure that leaves no incomplete `checkpoint-N`.
     The same signal arriving again within 2 seconds counts as the first one (a launcher forwarding the signal that a
-    scheduler also sent every process).
+    scheduler also sent every process), and so does a SIGTERM within 2 seconds of Ctrl-C (a terminal's Ctrl-C reaches
+    `accelerate launch` and its training process alike, and the launcher then stops that process with SIGTERM).
 
     The wait for the stop point is bounded by `timeout`: if the stop point is not reached in time (a step that never
     ends, e.g. dynamic sampling refilling a batch no group of which is informative), the process logs why and exits
@@ -209,6 +219,7 @@ class PreemptionCallback(TrainerCallback):
         self._saved = False  # the stop step's checkpoint is saved and no evaluation ran after it
         self._timer: threading.Timer | None = None
         self._previous: dict[int, object] = {}
+        self._watch_stop: threading.Event | None = None
 
     @property
     def preempted(self) -> bool:
@@ -233,10 +244,15 @@ class PreemptionCallback(TrainerCallback):
             signum = getattr(signal, name, None)
             if signum is not None:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
+        if started_by_a_launcher():
+            self._watch_launcher()
 
     def uninstall(self) -> None:
-        """Restore the handlers that were there before [`install`] and stop the timeout."""
+        """Restore the handlers that were there before [`install`] and stop the timeout and the launcher watch."""
         self._cancel_timer()
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+            self._watch_stop = None
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
@@ -245,14 +261,19 @@ class PreemptionCallback(TrainerCallback):
         name = signal.Signals(signum).name
         now = time.monotonic()
         if self.received is not None:
-            if signum == self.received and now - self._received_at < _REPEAT_WINDOW_S:
+            if now - self._received_at < _REPEAT_WINDOW_S and _same_request(self.received, signum):
                 logger.warning(
-                    f"{name} received again within {_REPEAT_WINDOW_S:g} s: taken as the same request (a launcher "
-                    "forwarding it); send it again to stop at once."
+                    f"{name} received {now - self._received_at:.2f} s after "
+                    f"{signal.Signals(self.received).name}: taken as the same request (a launcher passing it on); "
+                    "send a signal again to stop at once."
                 )
                 return
             self._stop_at_once(signum)
             return
+        self._request(signum, now)
+
+    def _request(self, signum: int, now: float) -> None:
+        name = signal.Signals(signum).name
         self.received, self._received_at = signum, now
         point = "rollout" if self.stop_at == "rollout" else "step"
         if signum == signal.SIGINT:
@@ -263,6 +284,25 @@ class PreemptionCallback(TrainerCallback):
                 "(a second signal stops at once, without saving)."
             )
         self._start_timer(name)
+
+    def _watch_launcher(self) -> None:
+        # A launcher killed outright (SIGKILL, the out-of-memory killer) passes nothing on: its training processes are
+        # re-parented and would train on, unseen, until the end. Its loss is a stop request like SIGTERM.
+        launcher = os.getppid()
+        if launcher <= 1:
+            return
+        stop = self._watch_stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(_LAUNCHER_POLL_S):
+                if os.getppid() != launcher:
+                    _stderr_off_the_launchers_pipe()
+                    if self.received is None:
+                        logger.warning(f"The launcher (process {launcher}) is gone: stopping as on SIGTERM.")
+                        self._request(signal.SIGTERM, time.monotonic())
+                    return
+
+        threading.Thread(target=watch, name="dapo-launcher-watch", daemon=True).start()
 
     def _stop_at_once(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -360,6 +400,33 @@ class PreemptionCallback(TrainerCallback):
         return flag
 
 
+def started_by_a_launcher() -> bool:
+    """Whether this process was started by `torchrun` or `accelerate launch` (by the variables they set)."""
+    return any(name in os.environ for name in _LAUNCHER_VARIABLES)
+
+
+def _stderr_off_the_launchers_pipe() -> None:
+    """
+    Point stderr at stdout (or nowhere) when it is a pipe: accelerate's launcher reads its training process's stderr
+    through one, and once the launcher is gone every write there fails (a warning during the save would end it).
+    """
+    with contextlib.suppress(OSError):
+        if not stat.S_ISFIFO(os.fstat(2).st_mode):
+            return
+        target = 1 if not stat.S_ISFIFO(os.fstat(1).st_mode) else os.open(os.devnull, os.O_WRONLY)
+        os.dup2(target, 2)
+
+
+def _same_request(first: int, then: int) -> bool:
+    """
+    Whether signal `then`, arriving shortly after `first`, is the same stop request passed on by a launcher: the same
+    signal again (a scheduler signalled every process and the launcher forwards its copy), or SIGTERM after Ctrl-C
+    (a terminal sends SIGINT to the launcher and its training processes alike, and accelerate's launcher then stops
+    its training process with SIGTERM).
+    """
+    return then == first or (first == signal.SIGINT and then == signal.SIGTERM)
+
+
 def _completes_epoch(state) -> bool:
     """Whether the step just taken is the last of its epoch (transformers sets `epoch` to a whole number there)."""
     return state.epoch is not None and float(state.epoch).is_integer()
@@ -387,13 +454,17 @@ class PreemptionMixin:
     - **Auto-resume.** `train()` without `resume_from_checkpoint` resumes from [`latest_complete_checkpoint`] of
       `output_dir` when `args.auto_resume` is true (a fresh start when there is none), and `resume_from_checkpoint=True`
       means the newest *complete* checkpoint. The main process decides and tells the others.
+    - **No silent overwrite.** A `train()` that would start at step 0 in an `output_dir` holding a complete checkpoint
+      (neither `auto_resume` nor `resume_from_checkpoint`) is refused with the two settings to choose from, unless
+      `args.overwrite_output_dir` is true: then that folder's checkpoints are deleted first, so a later resume cannot
+      pick one of the old run's.
     - **Preemption.** Unless `args.preemption_handling` is false, `train()` adds a [`PreemptionCallback`]
       (`args.preemption_stop_at`, `args.preemption_timeout`; with `"rollout"` the rollout end is read from TRL's
       micro-batch counter) and, when it stopped training, raises `SystemExit(PREEMPTION_EXIT_CODE)` (130 after
       Ctrl-C) once `train()` has finished its own clean-up.
 
     Settings are read from `args` with these defaults when absent (e.g. a plain `GRPOConfig`): `auto_resume=False`,
-    `preemption_handling=True`, `preemption_stop_at="rollout"`, `preemption_timeout=600`.
+    `overwrite_output_dir=False`, `preemption_handling=True`, `preemption_stop_at="rollout"`, `preemption_timeout=600`.
 
     With `save_on_each_node=True` (one disk per node), each node's local main process publishes its own copy. On a
     filesystem shared by the nodes keep the default `save_on_each_node=False`: with `True`, two processes would write
@@ -417,6 +488,8 @@ class PreemptionMixin:
             if latest is not None:
                 logger.info(f"Resuming from {latest} (the newest complete checkpoint).")
             resume_from_checkpoint = latest
+        elif resume_from_checkpoint is None and self._agreed_latest_checkpoint() is not None:
+            self._start_over_or_refuse()
         callback = self._preemption_callback()
         try:
             output = super().train(
@@ -433,6 +506,16 @@ class PreemptionMixin:
             )
             raise SystemExit(code)
         return output
+
+    def _start_over_or_refuse(self) -> None:
+        # Checkpoints are never destroyed without an explicit setting: a rerun of the same command is refused.
+        args = self.args
+        if not getattr(args, "overwrite_output_dir", False):
+            raise ValueError(fresh_start_conflict(args.output_dir))
+        if args.should_save:
+            removed = remove_checkpoints(args.output_dir)
+            logger.warning(f"overwrite_output_dir: deleted {', '.join(removed)} of {args.output_dir}; starting over.")
+        self.accelerator.wait_for_everyone()
 
     def _agreed_latest_checkpoint(self) -> str | None:
         from accelerate.utils import broadcast_object_list
@@ -570,27 +653,34 @@ def resume_hint(args) -> str:
     latest = latest_complete_checkpoint(args.output_dir) or os.path.join(args.output_dir, "checkpoint-N")
     return (
         f"To resume, run the same command with --auto_resume true (or --resume_from_checkpoint {latest}); "
-        "without either a rerun starts again at step 0."
+        "without either a rerun is refused (--overwrite_output_dir true starts over)."
     )
 
 
-def fresh_start_warning(output_dir: str | os.PathLike) -> str | None:
-    """The warning for a run that starts at step 0 in `output_dir` although it holds a complete checkpoint, else `None`."""
+def fresh_start_conflict(output_dir: str | os.PathLike) -> str | None:
+    """
+    Why a run may not start at step 0 in `output_dir`: it holds a complete checkpoint, which the run's own
+    checkpoints would replace step by step. `None` when it holds none.
+    """
     latest = latest_complete_checkpoint(output_dir)
     if latest is None:
         return None
     return (
-        f"{output_dir} holds complete checkpoints (newest: {latest}), but this run starts at step 0: it neither "
-        f"resumes nor keeps them apart (its checkpoints replace theirs step by step). To continue that run, pass "
-        f"--resume_from_checkpoint {latest} or --auto_resume true; to start over, use another output_dir."
+        f"{output_dir} holds complete checkpoints (newest: {latest}); this run would start at step 0 and replace "
+        "them. Choose: --auto_resume true (or --resume_from_checkpoint <checkpoint>) to continue that run, or "
+        "--overwrite_output_dir true to start over (its checkpoints are deleted first); or use another output_dir."
     )
 
 
-class FreshStartCallback(TrainerCallback):
-    """Warns, on the main process, when training starts at step 0 in an output folder that holds a checkpoint."""
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0 and state.is_world_process_zero:
-            warning = fresh_start_warning(args.output_dir)
-            if warning:
-                logger.warning(warning)
+def remove_checkpoints(output_dir: str | os.PathLike) -> list[str]:
+    """Delete the `checkpoint-N` folders (and partially written ones) of `output_dir`; returns their names."""
+    output_dir = os.fspath(output_dir)
+    names = [
+        name
+        for name in sorted(os.listdir(output_dir))
+        if (_CHECKPOINT_RE.match(name) or name.startswith((PARTIAL_PREFIX, _LEGACY_PARTIAL_PREFIX)))
+        and os.path.isdir(os.path.join(output_dir, name))
+    ]
+    for name in names:
+        shutil.rmtree(os.path.join(output_dir, name))
+    return names

@@ -123,21 +123,48 @@ class ConstantRewardWatch:
         self.value: float | None = None  # the one value of the current run of constant rounds
         self.completions = 0
         self.groups = 0
+        # One watch per environment (TRL's `environment` column), for a reward each environment fixes on its own.
+        self.by_environment: dict[str, ConstantRewardWatch] = {}
+        self.scored = False  # any value scored yet (an environment no reward scores never settles on a value)
 
     @property
     def established(self) -> bool:
-        """Whether the rounds seen so far already show a reward that gives every completion the same value."""
-        return self.value is not None and self.completions >= self.min_completions and self.groups >= self.min_groups
+        """
+        Whether the rounds seen so far already show a reward that gives every completion the same value, or, with
+        several environments, one value per environment.
+        """
+        whole = self.value is not None and self.completions >= self.min_completions and self.groups >= self.min_groups
+        watches = [w for w in self.by_environment.values() if w.scored]
+        per_environment = bool(watches) and all(w.established for w in watches)
+        return whole or per_environment
 
-    def update(self, values: torch.Tensor, *, found_informative: bool = False) -> bool:
+    def update(
+        self, values: torch.Tensor, *, found_informative: bool = False, environments: list | None = None
+    ) -> bool:
         """
         Record a round's filter values `(num_groups, G)` (`NaN`: unscored); `True` when the refill should end.
         `found_informative`: the selection kept groups of this round anyway (a `select_informative_groups` that decides
         on other grounds), so its values say nothing about what more rounds can find; it restarts the count.
+        `environments`: each group's environment name (TRL's multi-environment rows), or `None`; with two or more
+        names, each environment is also followed on its own, so that a reward that is one value per environment
+        (an environment that owns its reward) ends the refill like a reward that is one value overall.
         """
+        if environments is not None and len(set(environments)) > 1:
+            for name in dict.fromkeys(environments):
+                rows = torch.tensor([e == name for e in environments])
+                watch = self.by_environment.setdefault(
+                    str(name), ConstantRewardWatch(min_completions=self.min_completions, min_groups=self.min_groups)
+                )
+                watch.update(values[rows], found_informative=found_informative)
+            self._update_whole(values, found_informative)
+            return self.established
+        return self._update_whole(values, found_informative)
+
+    def _update_whole(self, values: torch.Tensor, found_informative: bool) -> bool:
         scored = values[~torch.isnan(values)]
         if scored.numel() == 0:
             return False  # nothing scored: the all-None rule ends the refill
+        self.scored = True
         first = scored[0].item()
         if found_informative or not bool((scored == first).all()):
             self.value, self.completions, self.groups = None, 0, 0
@@ -149,11 +176,25 @@ class ConstantRewardWatch:
         return self.established
 
     def state_dict(self) -> dict:
-        return {"value": self.value, "completions": self.completions, "groups": self.groups}
+        by_environment = {name: w.state_dict() for name, w in self.by_environment.items()}
+        return {
+            "value": self.value,
+            "completions": self.completions,
+            "groups": self.groups,
+            "scored": self.scored,
+            "by_environment": by_environment,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.value = None if state["value"] is None else float(state["value"])
         self.completions, self.groups = int(state["completions"]), int(state["groups"])
+        self.scored = bool(state.get("scored", True))
+        self.by_environment = {}
+        for name, sub in state.get("by_environment", {}).items():  # absent in earlier checkpoints
+            watch = self.by_environment[name] = ConstantRewardWatch(
+                min_completions=self.min_completions, min_groups=self.min_groups
+            )
+            watch.load_state_dict(sub)
 
 
 def round_up(n: int, multiple: int) -> int:
