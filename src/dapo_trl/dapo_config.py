@@ -109,7 +109,7 @@ class DAPOConfig(GRPOConfig):
             `dynamic_sampling_skip_rule` ([`SkipPolicy`]), never beyond `dynamic_sampling_skip_max_prob`. Saves
             generation from the second epoch on; off by default, like the paper's recipe. Needs
             `dynamic_sampling=True`.
-        dynamic_sampling_skip_rule (`str`, *optional*, defaults to `"posterior"`):
+        dynamic_sampling_skip_rule (`str`, *optional*, defaults to `"streak"`):
             `"posterior"`: a Beta posterior of each prompt's success rate (population prior, forgotten with
             `dynamic_sampling_skip_half_life`); a prompt seen before is generated when a Thompson draw of the chance
             that its next group is informative reaches the skip threshold. `"streak"`: the deterministic-history rule,
@@ -266,7 +266,7 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Skip, before generation, prompts whose recent groups were all zero-variance (explored)."},
     )
     dynamic_sampling_skip_rule: str = field(
-        default="posterior",
+        default="streak",
         metadata={"help": "Skip rule: 'posterior' (Thompson draws from a per-prompt Beta posterior) or 'streak'."},
     )
     dynamic_sampling_skip_half_life: float = field(

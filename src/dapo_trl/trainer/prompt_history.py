@@ -268,7 +268,7 @@ class SkipPolicy:
             Lowest threshold: classes informative less than once in `1 / min_threshold` draws are still skipped in part.
         sharpness (`float`, *optional*, defaults to `4.0`):
             Exponent `s` of the step around the threshold (`1`: acceptance proportional to `m`; large: a hard step).
-        rule (`str`, *optional*, defaults to `"posterior"`):
+        rule (`str`, *optional*, defaults to `"streak"`):
             `"posterior"`: every prompt already seen is judged by a Thompson draw from its own Beta posterior (below);
             `"streak"`: the class rule above.
         half_life (`float`, *optional*, defaults to `100.0`):
@@ -302,7 +302,7 @@ class SkipPolicy:
         prior_strength: float = 1.0,
         min_threshold: float = 0.02,
         sharpness: float = 4.0,
-        rule: str = "posterior",
+        rule: str = "streak",
         half_life: float | None = 100.0,
         draws: int = 1,
         num_generations: int | None = None,
