@@ -137,3 +137,22 @@ def test_posterior_settings_are_validated(overrides, message):
         DAPOConfig(output_dir="unused", use_cpu=True, bf16=False, report_to="none", **overrides)
     with pytest.raises(ValueError, match="rule"):
         SkipPolicy(3, rule="greedy")
+
+
+@pytest.mark.integration
+def test_trainer_with_the_posterior_rule_logs_its_metrics_and_resumes_exactly(tmp_path):
+    from test_dynamic_sampling import skip_run
+
+    common = dict(save_strategy="steps", save_steps=6, dynamic_sampling_skip_rule="posterior")
+    full = skip_run(tmp_path / "full", **common)
+    full.train()
+    assert full._skip_policy.rule == "posterior" and full._skip_policy.run_totals()["skipped"] > 0
+    logged_keys = set().union(*full.state.log_history)
+    assert {"dynamic_sampling/skip_predicted_informative", "dynamic_sampling/posterior_std"} <= logged_keys
+    resumed = skip_run(tmp_path / "resumed", **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-6"))
+    for key in ("loss", "dynamic_sampling/prompts_skipped", "dynamic_sampling/prompts_consumed"):
+        tail_full = [h.get(key) for h in full.state.log_history if h.get("step", 0) > 6 and "loss" in h]
+        tail_resumed = [h.get(key) for h in resumed.state.log_history if h.get("step", 0) > 6 and "loss" in h]
+        assert tail_full and tail_full == pytest.approx(tail_resumed), key
+    np.testing.assert_array_equal(full._skip_policy.history.successes, resumed._skip_policy.history.successes)
