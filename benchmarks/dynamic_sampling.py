@@ -465,10 +465,10 @@ class SkipVariant:
 SKIP_VARIANTS: tuple[SkipVariant, ...] = (
     SkipVariant("adaptive", False, False),
     SkipVariant("adaptive+streak", False, True, "streak"),
-    SkipVariant("adaptive+skip", False, True),
+    SkipVariant("adaptive+posterior", False, True),
     SkipVariant("adaptive+carry", True, False),
     SkipVariant("adaptive+carry+streak", True, True, "streak"),
-    SkipVariant("adaptive+carry+skip", True, True),
+    SkipVariant("adaptive+carry+posterior", True, True),
 )
 
 
@@ -526,9 +526,9 @@ def format_skip_targets(results: dict[tuple[str, str], RunResult]) -> str:
     for pop in SKIP_TARGET_POPULATIONS:
         pairs = (
             ("adaptive+streak", "adaptive"),
-            ("adaptive+skip", "adaptive"),
+            ("adaptive+posterior", "adaptive"),
             ("adaptive+carry+streak", "adaptive+carry"),
-            ("adaptive+carry+skip", "adaptive+carry"),
+            ("adaptive+carry+posterior", "adaptive+carry"),
         )
         for variant, baseline in pairs:
             r, b = results[pop, variant], results[pop, baseline]
