@@ -350,6 +350,8 @@ def test_skip_settings_default_off_and_match_the_policy_defaults():
     assert args.dynamic_sampling_skip is False
     policy = SkipPolicy(1)
     assert (args.dynamic_sampling_skip_target, args.dynamic_sampling_skip_max_prob) == (policy.target, policy.max_skip)
+    assert (args.dynamic_sampling_skip_rule, args.dynamic_sampling_skip_half_life) == (policy.rule, 100.0)
+    assert (policy.history.half_life, args.dynamic_sampling_skip_draws) == (100.0, policy.draws)
     on = skip_config(dynamic_sampling_skip=True, dynamic_sampling_skip_target=1.0, dynamic_sampling_skip_max_prob=0.0)
     assert on.dynamic_sampling_skip and on.dynamic_sampling_skip_max_prob == 0.0
 
