@@ -70,7 +70,8 @@ from dapo_trl.trainer.sampling import GroupClassification, PromptStream, RoundPl
 TARGET_FLOOR_RATIO = 1.05
 TARGET_ROUNDS = 1.3
 # Pre-rollout skipping targets, over several epochs.
-TARGET_SKIP_FLOOR_RATIO = 0.6
+TARGET_SKIP_FLOOR_RATIO = 0.6  # the streak rule (`+skip` rows)
+TARGET_POSTERIOR_FLOOR_RATIO = 0.45  # the posterior rule (`+posterior` rows)
 SKIP_TARGET_POPULATIONS = ("mostly unsolved", "polarised")
 
 
@@ -459,13 +460,16 @@ class SkipVariant:
     name: str
     carry_over: bool
     skip: bool
+    rule: str = "posterior"
 
 
 SKIP_VARIANTS: tuple[SkipVariant, ...] = (
     SkipVariant("adaptive", False, False),
-    SkipVariant("adaptive+skip", False, True),
+    SkipVariant("adaptive+skip", False, True, "streak"),
+    SkipVariant("adaptive+posterior", False, True),
     SkipVariant("adaptive+carry", True, False),
-    SkipVariant("adaptive+carry+skip", True, True),
+    SkipVariant("adaptive+carry+skip", True, True, "streak"),
+    SkipVariant("adaptive+carry+posterior", True, True),
 )
 
 
@@ -514,16 +518,24 @@ def _percent(value: float) -> str:
 
 def format_skip_targets(results: dict[tuple[str, str], RunResult]) -> str:
     lines = [
-        f"Targets with skipping: x floor <= {TARGET_SKIP_FLOOR_RATIO} on {', '.join(SKIP_TARGET_POPULATIONS)}, "
+        f"Targets with skipping: x floor <= {TARGET_SKIP_FLOOR_RATIO} (streak rule, +skip) and "
+        f"<= {TARGET_POSTERIOR_FLOOR_RATIO} (posterior rule) on {', '.join(SKIP_TARGET_POPULATIONS)}, "
         f"rounds/step <= {TARGET_ROUNDS}, with carry-over on and off",
         "",
         "| population | variant | x floor | saving vs no skip | rounds/step | meets targets |",
         "|---|---|---:|---:|---:|---|",
     ]
     for pop in SKIP_TARGET_POPULATIONS:
-        for variant, baseline in (("adaptive+skip", "adaptive"), ("adaptive+carry+skip", "adaptive+carry")):
+        pairs = (
+            ("adaptive+skip", "adaptive"),
+            ("adaptive+posterior", "adaptive"),
+            ("adaptive+carry+skip", "adaptive+carry"),
+            ("adaptive+carry+posterior", "adaptive+carry"),
+        )
+        for variant, baseline in pairs:
             r, b = results[pop, variant], results[pop, baseline]
-            ok = r.floor_ratio <= TARGET_SKIP_FLOOR_RATIO and r.mean_rounds <= TARGET_ROUNDS
+            goal = TARGET_POSTERIOR_FLOOR_RATIO if variant.endswith("posterior") else TARGET_SKIP_FLOOR_RATIO
+            ok = r.floor_ratio <= goal and r.mean_rounds <= TARGET_ROUNDS
             lines.append(
                 f"| {pop} | {variant} | {r.floor_ratio:.3f} | {r.gen_per_trained / b.gen_per_trained:.2f}x "
                 f"| {r.mean_rounds:.2f} | {'yes' if ok else 'NO'} |"
@@ -532,7 +544,13 @@ def format_skip_targets(results: dict[tuple[str, str], RunResult]) -> str:
 
 
 def run_skip_section(args: argparse.Namespace, planner_kwargs: dict) -> dict[tuple[str, str], RunResult]:
-    skip_kwargs = {k: v for k, v in (("target", args.skip_target), ("max_skip", args.max_skip)) if v is not None}
+    overrides = (
+        ("target", args.skip_target),
+        ("max_skip", args.max_skip),
+        ("half_life", args.skip_half_life),
+        ("draws", args.skip_draws),
+    )
+    skip_kwargs = {k: v for k, v in overrides if v is not None}
     print(
         f"Pre-rollout skipping: {args.epochs:g} epochs of a sampler without skipping, drift={args.skip_drift:g} "
         f"(logit gain over the run, times each prompt's Exponential(1) learnability), policy overrides="
@@ -564,7 +582,9 @@ def run_skip_section(args: argparse.Namespace, planner_kwargs: dict) -> dict[tup
                 processes=args.processes,
                 seed=args.seed,
                 planner_kwargs=planner_kwargs,
-                skip_kwargs=skip_kwargs if variant.skip else None,
+                skip_kwargs={**skip_kwargs, "rule": variant.rule, "num_generations": args.num_generations}
+                if variant.skip
+                else None,
             )
     print(format_skip_results(results, rates) + "\n")
     print(format_skip_targets(results) + "\n")
@@ -643,6 +663,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     skipping.add_argument("--skip-target", type=float, default=None, help="SkipPolicy target; default: its own.")
     skipping.add_argument("--max-skip", type=float, default=None, help="SkipPolicy max_skip; default: its own.")
+    skipping.add_argument(
+        "--skip-half-life", type=float, default=None, help="SkipPolicy half_life (posterior rule); default: its own."
+    )
+    skipping.add_argument(
+        "--skip-draws", type=int, default=None, help="SkipPolicy draws (posterior rule); default: its own."
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.steps = min(args.steps, 60)

@@ -104,13 +104,13 @@ def test_history_rejects_bad_input():
 
 
 def test_state_is_exact_across_save_and_load():
-    policy, stream, rng = SkipPolicy(50, seed=7, target=1.0), PromptStream(50, seed=7), random.Random(0)
+    policy, stream, rng = SkipPolicy(50, rule="streak", seed=7, target=1.0), PromptStream(50, seed=7), random.Random(0)
     drive(policy, stream, rng, 60)
     buffer = io.BytesIO()
     torch.save({"skip": policy.state_dict(), "stream": stream.state_dict()}, buffer)
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=True)  # what the trainer does with dapo_sampler_state.pt
-    resumed, resumed_stream = SkipPolicy(50, seed=7, target=1.0), PromptStream(50, seed=7)
+    resumed, resumed_stream = SkipPolicy(50, rule="streak", seed=7, target=1.0), PromptStream(50, seed=7)
     resumed.load_state_dict(saved["skip"])
     resumed_stream.load_state_dict(saved["stream"])
     assert state_arrays(resumed) == state_arrays(policy)
@@ -127,19 +127,19 @@ def test_state_is_exact_across_save_and_load():
 def test_two_processes_make_identical_decisions():
     logs = []
     for _ in range(2):
-        policy, stream = SkipPolicy(40, seed=3, target=1.0), PromptStream(40, seed=3)
+        policy, stream = SkipPolicy(40, rule="streak", seed=3, target=1.0), PromptStream(40, seed=3)
         logs.append((comparable(drive(policy, stream, random.Random(1), 120)), state_arrays(policy)))
     assert logs[0] == logs[1]
-    other = drive(SkipPolicy(40, seed=4, target=1.0), PromptStream(40, seed=3), random.Random(1), 120)
+    other = drive(SkipPolicy(40, rule="streak", seed=4, target=1.0), PromptStream(40, seed=3), random.Random(1), 120)
     assert comparable(other) != logs[0][0]  # the decisions do depend on the seed
 
 
 def test_load_refuses_another_dataset_or_seed():
-    state = SkipPolicy(10, seed=1).state_dict()
+    state = SkipPolicy(10, rule="streak", seed=1).state_dict()
     with pytest.raises(ValueError, match="same dataset"):
-        SkipPolicy(11, seed=1).load_state_dict(state)
+        SkipPolicy(11, rule="streak", seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match="seed"):
-        SkipPolicy(10, seed=2).load_state_dict(state)
+        SkipPolicy(10, rule="streak", seed=2).load_state_dict(state)
 
 
 def test_hashed_uniform_is_a_pure_function_spread_over_0_1():
@@ -162,7 +162,7 @@ def statistics_close(values: list[float]) -> bool:
 
 
 def test_only_zero_variance_histories_are_skipped():
-    policy = SkipPolicy(4, max_skip=0.9)
+    policy = SkipPolicy(4, rule="streak", max_skip=0.9)
     policy.record([0, 1, 2], groups(INFORMATIVE, ALL_CORRECT, ALL_WRONG), step=0)
     assert policy.skip_probability(INFORMATIVE, 1) == policy.skip_probability(UNSEEN, 0) == 0.0
     for _ in range(100):
@@ -176,7 +176,10 @@ def test_a_skipped_prompt_is_redrawn_and_found_again_when_it_becomes_learnable()
     """Skip probability stays below 1: prompts skipped over and over are generated again, and once they turn out
     informative the class's measured rate rises and they are no longer skipped."""
     num_prompts, hard, max_skip = 24, set(range(12)), 0.9
-    policy, stream = SkipPolicy(num_prompts, seed=0, target=1.0, max_skip=max_skip), PromptStream(num_prompts, seed=0)
+    policy, stream = (
+        SkipPolicy(num_prompts, rule="streak", seed=0, target=1.0, max_skip=max_skip),
+        PromptStream(num_prompts, seed=0),
+    )
     skipped_once: set[int] = set()
     redrawn: set[int] = set()
 
@@ -213,7 +216,7 @@ def test_a_skipped_prompt_is_redrawn_and_found_again_when_it_becomes_learnable()
 def test_nothing_is_skipped_when_nothing_is_informative():
     """Skipping an all-wrong prompt only helps if something else is more informative: with nothing informative at
     all, the threshold falls to its floor (no wind-up) and only classes measured below that floor could be skipped."""
-    policy, stream = SkipPolicy(10, target=1.0, min_threshold=1e-3), PromptStream(10, seed=0)
+    policy, stream = SkipPolicy(10, rule="streak", target=1.0, min_threshold=1e-3), PromptStream(10, seed=0)
     for step in range(200):
         indices = stream.take(3, skip=policy.should_skip)
         policy.record(indices, groups(*[ALL_WRONG] * len(indices)), step=step)
@@ -223,7 +226,7 @@ def test_nothing_is_skipped_when_nothing_is_informative():
 
 def test_each_class_is_skipped_by_its_own_measured_rate():
     """Redrawn all-correct prompts are never informative, redrawn all-wrong ones always: only the first are skipped."""
-    policy = SkipPolicy(200, target=1.0, max_skip=0.95)
+    policy = SkipPolicy(200, rule="streak", target=1.0, max_skip=0.95)
     policy.record(list(range(200)), groups(*[INFORMATIVE] * 100, *[ALL_CORRECT] * 50, *[ALL_WRONG] * 50), step=0)
     for step in range(1, 40):
         easy = [100 + (step * 7 + k) % 50 for k in range(5)]
@@ -239,7 +242,7 @@ def test_each_class_is_skipped_by_its_own_measured_rate():
 def test_skipping_relaxes_once_generated_groups_beat_the_target(target, skips):
     """Same calls, same measured class rate (~0.3); generated groups are ~0.65 informative. Above that target the
     class is skipped (it drags the mix down); below it, the threshold falls under the class rate and nothing is."""
-    policy = SkipPolicy(100, target=target)
+    policy = SkipPolicy(100, rule="streak", target=target)
     rng = random.Random(0)
     probes = list(range(10))
     for step in range(300):
@@ -255,7 +258,7 @@ def test_skipping_relaxes_once_generated_groups_beat_the_target(target, skips):
 
 
 def test_metrics_count_this_batch_only():
-    policy = SkipPolicy(12, seed=0, target=1.0, max_skip=0.9)
+    policy = SkipPolicy(12, rule="streak", seed=0, target=1.0, max_skip=0.9)
     policy.record(list(range(6)), groups(*[ALL_WRONG] * 6), step=0)
     for step in range(1, 30):  # redrawn all-wrong prompts stay all-wrong (class rate ~0), prompts 6.. are informative
         policy.record([step % 6, 6 + step % 6], groups(ALL_WRONG, INFORMATIVE), step=step)
@@ -274,11 +277,11 @@ def test_metrics_count_this_batch_only():
 
 def test_policy_validates_its_settings():
     with pytest.raises(ValueError, match="max_skip"):
-        SkipPolicy(3, max_skip=1.0)
+        SkipPolicy(3, rule="streak", max_skip=1.0)
     with pytest.raises(ValueError, match="target"):
-        SkipPolicy(3, target=0.0)
+        SkipPolicy(3, rule="streak", target=0.0)
     with pytest.raises(ValueError, match="streak_buckets"):
-        SkipPolicy(3, streak_buckets=0)
+        SkipPolicy(3, rule="streak", streak_buckets=0)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -316,7 +319,7 @@ def test_sampler_is_bit_identical_to_the_reference_without_skipping():
 
 def test_a_policy_that_never_skips_leaves_the_stream_unchanged():
     """max_skip=0 composed with the user's skip rule draws exactly what the user's rule alone draws."""
-    policy = SkipPolicy(60, seed=1, max_skip=0.0)
+    policy = SkipPolicy(60, rule="streak", seed=1, max_skip=0.0)
     policy.record(list(range(60)), groups(*[ALL_WRONG] * 30, *[ALL_CORRECT] * 30), step=0)
     with_policy, alone = PromptStream(60, seed=2), PromptStream(60, seed=2)
     user = lambda i: i % 5 == 0  # noqa: E731
@@ -347,6 +350,8 @@ def test_skip_settings_default_off_and_match_the_policy_defaults():
     assert args.dynamic_sampling_skip is False
     policy = SkipPolicy(1)
     assert (args.dynamic_sampling_skip_target, args.dynamic_sampling_skip_max_prob) == (policy.target, policy.max_skip)
+    assert (args.dynamic_sampling_skip_rule, args.dynamic_sampling_skip_half_life) == (policy.rule, 100.0)
+    assert (policy.history.half_life, args.dynamic_sampling_skip_draws) == (100.0, policy.draws)
     on = skip_config(dynamic_sampling_skip=True, dynamic_sampling_skip_target=1.0, dynamic_sampling_skip_max_prob=0.0)
     assert on.dynamic_sampling_skip and on.dynamic_sampling_skip_max_prob == 0.0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,11 +105,22 @@ class DAPOConfig(GRPOConfig):
         > Pre-rollout prompt skipping (dynamic sampling)
 
         dynamic_sampling_skip (`bool`, *optional*, defaults to `False`):
-            Before generating, pass over prompts whose recent groups were all zero-variance (all-correct, or
-            all-wrong), with a probability explored and adapted online ([`SkipPolicy`]): each such history class is
-            skipped when it is measured to be less informative than the groups generated, never beyond
-            `dynamic_sampling_skip_max_prob`. Saves generation from the second epoch on; off by default, like the
-            paper's recipe. Needs `dynamic_sampling=True`.
+            Before generating, pass over prompts whose next group is unlikely to be informative, as judged by
+            `dynamic_sampling_skip_rule` ([`SkipPolicy`]), never beyond `dynamic_sampling_skip_max_prob`. Saves
+            generation from the second epoch on; off by default, like the paper's recipe. Needs
+            `dynamic_sampling=True`.
+        dynamic_sampling_skip_rule (`str`, *optional*, defaults to `"streak"`):
+            `"posterior"`: a Beta posterior of each prompt's success rate (population prior, forgotten with
+            `dynamic_sampling_skip_half_life`); a prompt seen before is generated when a Thompson draw of the chance
+            that its next group is informative reaches the skip threshold. `"streak"`: the deterministic-history rule,
+            which skips prompts whose last groups were all all-correct (or all all-wrong) by their class's measured
+            informative rate.
+        dynamic_sampling_skip_half_life (`float`, *optional*, defaults to `100.0`):
+            Half-life, in optimizer steps, of the success counts behind each prompt's posterior (posterior rule): older
+            groups count less, so the estimate follows the policy as it improves. Must be positive.
+        dynamic_sampling_skip_draws (`int`, *optional*, defaults to `1`):
+            Thompson draws per decision (posterior rule); a prompt is skipped only when every draw says so, so more
+            draws explore more.
         dynamic_sampling_skip_target (`float`, *optional*, defaults to `0.75`):
             Informative rate of the generated groups that skipping steers towards, in `(0, 1]`: while the generated
             groups are less informative, skipping tightens (as far as the measured rates justify); above it, it
@@ -258,6 +270,18 @@ class DAPOConfig(GRPOConfig):
         default=False,
         metadata={"help": "Skip, before generation, prompts whose recent groups were all zero-variance (explored)."},
     )
+    dynamic_sampling_skip_rule: str = field(
+        default="streak",
+        metadata={"help": "Skip rule: 'posterior' (Thompson draws from a per-prompt Beta posterior) or 'streak'."},
+    )
+    dynamic_sampling_skip_half_life: float = field(
+        default=100.0,
+        metadata={"help": "Half-life, in steps, of the success counts of each prompt's posterior (posterior rule)."},
+    )
+    dynamic_sampling_skip_draws: int = field(
+        default=1,
+        metadata={"help": "Thompson draws per skip decision (posterior rule): skipped only if every draw says so."},
+    )
     dynamic_sampling_skip_target: float = field(
         default=0.75,
         metadata={"help": "Informative rate of generated groups that skipping steers towards, in (0, 1]."},
@@ -402,6 +426,19 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(
                 f"dynamic_sampling_skip_max_prob must be in [0, 1), got {self.dynamic_sampling_skip_max_prob}: below 1 "
                 "so that a skipped prompt can still be drawn again when it becomes learnable."
+            )
+        if self.dynamic_sampling_skip_rule not in ("posterior", "streak"):
+            raise ValueError(
+                f"dynamic_sampling_skip_rule must be 'posterior' or 'streak', got {self.dynamic_sampling_skip_rule!r}."
+            )
+        if not self.dynamic_sampling_skip_half_life > 0 or math.isinf(self.dynamic_sampling_skip_half_life):
+            raise ValueError(
+                f"dynamic_sampling_skip_half_life must be a positive number of steps, got "
+                f"{self.dynamic_sampling_skip_half_life}: it is how fast a prompt's posterior forgets old groups."
+            )
+        if isinstance(self.dynamic_sampling_skip_draws, bool) or self.dynamic_sampling_skip_draws < 1:
+            raise ValueError(
+                f"dynamic_sampling_skip_draws must be a positive integer, got {self.dynamic_sampling_skip_draws!r}."
             )
         if self.dynamic_sampling_skip and not self.dynamic_sampling:
             raise ValueError(

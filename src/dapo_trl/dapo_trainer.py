@@ -274,6 +274,10 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 seed=args.seed,
                 target=args.dynamic_sampling_skip_target,
                 max_skip=args.dynamic_sampling_skip_max_prob,
+                rule=args.dynamic_sampling_skip_rule,
+                half_life=args.dynamic_sampling_skip_half_life,
+                draws=args.dynamic_sampling_skip_draws,
+                num_generations=self.num_generations,
             )
 
     def _check_token_normalizer(self) -> bool:

@@ -19,11 +19,20 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .prompt_posterior import (
+    decision_rng,
+    fit_prior,
+    forgetting_weight,
+    informative_chance,
+    posterior_std,
+    thompson_informative,
+)
 from .sampling import GroupClassification
 
 # Outcome codes stored per prompt.
 UNSEEN, INFORMATIVE, ALL_CORRECT, ALL_WRONG = -1, 0, 1, 2
 OUTCOME_NAMES = {INFORMATIVE: "informative", ALL_CORRECT: "all_correct", ALL_WRONG: "all_wrong"}
+OUTCOMES = (INFORMATIVE, ALL_CORRECT, ALL_WRONG)
 ZERO_VARIANCE = (ALL_CORRECT, ALL_WRONG)
 
 _MASK = (1 << 64) - 1
@@ -38,7 +47,10 @@ _COUNTERS = (
     "informative",
     "redrawn",
     "missed",
+    "eligible_informative",
+    "skipped_informative",
 )
+RULES = ("posterior", "streak")
 
 
 def outcome_codes(classification: GroupClassification, informative: torch.Tensor | None = None) -> np.ndarray:
@@ -77,26 +89,43 @@ class PromptHistory:
 
     Run-length encoded: for prompt `i`, its last `streak[i]` groups all had outcome `last_outcome[i]` (`UNSEEN` before
     its first group), the last of them generated at training step `last_step[i]`; `groups[i]` counts all its groups.
-    That is all the skip rule needs ("were the recent groups all zero-variance, and how many of them?") in 13 bytes
-    per prompt.
+    That is all the streak rule needs ("were the recent groups all zero-variance, and how many of them?"). For the
+    posterior rule, `successes[i]` and `failures[i]` count its completions that succeeded and failed, each group's
+    counts weighted by `2^{-age / half_life}` (age in steps, as of `last_step[i]`). 29 bytes per prompt.
 
     Args:
         num_prompts (`int`):
             Size of the training dataset; indices are `0 .. num_prompts - 1`.
+        half_life (`float`, *optional*):
+            Half-life of the success counts, in training steps; `None` never forgets.
     """
 
-    def __init__(self, num_prompts: int) -> None:
+    def __init__(self, num_prompts: int, *, half_life: float | None = None) -> None:
         if num_prompts < 1:
             raise ValueError("The training dataset is empty.")
+        if half_life is not None and not half_life > 0:
+            raise ValueError(f"half_life must be positive or None, got {half_life}.")
         self.num_prompts = num_prompts
+        self.half_life = half_life
         self.last_outcome = np.full(num_prompts, UNSEEN, dtype=np.int8)
         self.streak = np.zeros(num_prompts, dtype=np.int32)
         self.last_step = np.full(num_prompts, -1, dtype=np.int32)
         self.groups = np.zeros(num_prompts, dtype=np.int32)
+        self.successes = np.zeros(num_prompts, dtype=np.float64)
+        self.failures = np.zeros(num_prompts, dtype=np.float64)
 
-    def record(self, indices: Sequence[int], codes: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+    def record(
+        self,
+        indices: Sequence[int],
+        codes: np.ndarray,
+        step: int,
+        *,
+        successes: np.ndarray | None = None,
+        failures: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """
-        Append one outcome per group (in order: an index may appear twice when a round crosses an epoch boundary).
+        Append one outcome per group (in order: an index may appear twice when a round crosses an epoch boundary),
+        and, when given, its numbers of successful and failed completions.
 
         Returns:
             `(previous_outcome, previous_streak)` per group: the history each group was drawn with.
@@ -109,6 +138,10 @@ class PromptHistory:
             raise ValueError(
                 f"Prompt indices must be in [0, {self.num_prompts}), got {indices.min()}..{indices.max()}."
             )
+        wins = np.zeros(indices.size) if successes is None else np.asarray(successes, dtype=np.float64).reshape(-1)
+        losses = np.zeros(indices.size) if failures is None else np.asarray(failures, dtype=np.float64).reshape(-1)
+        if wins.shape != indices.shape or losses.shape != indices.shape:
+            raise ValueError(f"Got {indices.size} prompt indices for {wins.size} / {losses.size} success counts.")
         previous_outcome = np.empty_like(codes)
         previous_streak = np.empty(codes.shape, dtype=np.int32)
         start = 0
@@ -124,10 +157,18 @@ class PromptHistory:
             same = self.last_outcome[chunk] == new
             self.streak[chunk] = np.where(same, self.streak[chunk] + 1, 1)
             self.last_outcome[chunk] = new
+            kept = forgetting_weight(step - self.last_step[chunk], self.half_life)
+            self.successes[chunk] = self.successes[chunk] * kept + wins[start:stop]
+            self.failures[chunk] = self.failures[chunk] * kept + losses[start:stop]
             self.last_step[chunk] = step
             self.groups[chunk] += 1
             start = stop
         return previous_outcome, previous_streak
+
+    def counts(self, indices: np.ndarray | int, now: int) -> tuple[np.ndarray, np.ndarray]:
+        """Success and failure counts of `indices`, forgotten up to step `now`."""
+        kept = forgetting_weight(now - self.last_step[indices], self.half_life)
+        return self.successes[indices] * kept, self.failures[indices] * kept
 
     def state_dict(self) -> dict:
         return {
@@ -135,6 +176,8 @@ class PromptHistory:
             "streak": torch.from_numpy(self.streak.copy()),
             "last_step": torch.from_numpy(self.last_step.copy()),
             "groups": torch.from_numpy(self.groups.copy()),
+            "successes": torch.from_numpy(self.successes.copy()),
+            "failures": torch.from_numpy(self.failures.copy()),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -148,6 +191,10 @@ class PromptHistory:
         self.streak = arrays["streak"].astype(np.int32)
         self.last_step = arrays["last_step"].astype(np.int32)
         self.groups = arrays["groups"].astype(np.int32)
+        # Checkpoints written before the posterior rule have no success counts: its posteriors restart from the prior.
+        zeros = torch.zeros(self.num_prompts, dtype=torch.float64)
+        self.successes = state.get("successes", zeros).numpy().astype(np.float64)
+        self.failures = state.get("failures", zeros).numpy().astype(np.float64)
 
 
 class SkipPolicy:
@@ -221,6 +268,24 @@ class SkipPolicy:
             Lowest threshold: classes informative less than once in `1 / min_threshold` draws are still skipped in part.
         sharpness (`float`, *optional*, defaults to `4.0`):
             Exponent `s` of the step around the threshold (`1`: acceptance proportional to `m`; large: a hard step).
+        rule (`str`, *optional*, defaults to `"streak"`):
+            `"posterior"`: every prompt already seen is judged by a Thompson draw from its own Beta posterior (below);
+            `"streak"`: the class rule above.
+        half_life (`float`, *optional*, defaults to `100.0`):
+            Half-life, in training steps, of each prompt's success counts (posterior rule); `None` never forgets.
+        draws (`int`, *optional*, defaults to `1`):
+            Thompson draws per decision (posterior rule): a prompt is skipped only when all of them say so.
+        num_generations (`int`, *optional*):
+            Group size `G`; defaults to the largest number of scored completions of a group recorded so far.
+
+    **The posterior rule** (`rule="posterior"`, MoPPS, arXiv 2507.04632). Each prompt's success rate has a Beta
+    posterior: the population prior fitted to the first group of every prompt ([`fit_prior`]) plus the prompt's own
+    successes and failures, forgotten with `half_life` ([`PromptHistory`]). A prompt already seen is generated when,
+    for one success rate `q` drawn from its posterior, the chance `1 - q^G - (1 - q)^G` that its next group is
+    informative reaches `λ` (the same threshold as above); prompts never seen are always generated (skipping one would
+    learn nothing: the next is as unknown), and every decision keeps the `1 - max_skip` exploration chance. Thompson
+    sampling rather than the posterior mean: a prompt whose estimate is uncertain (few groups, or old ones forgotten)
+    draws widely and is tried again in proportion to how likely it is to be worth it, which the mean would not do.
     """
 
     def __init__(
@@ -237,6 +302,10 @@ class SkipPolicy:
         prior_strength: float = 1.0,
         min_threshold: float = 0.02,
         sharpness: float = 4.0,
+        rule: str = "streak",
+        half_life: float | None = 100.0,
+        draws: int = 1,
+        num_generations: int | None = None,
     ) -> None:
         if not 0.0 < target <= 1.0:
             raise ValueError(f"target must be in (0, 1], got {target}.")
@@ -250,7 +319,19 @@ class SkipPolicy:
             raise ValueError(
                 "prior_rate must be in (0, 1), prior_strength > 0, min_threshold in (0, 1] and sharpness > 0."
             )
-        self.history = PromptHistory(num_prompts)
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {rule!r}.")
+        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+            raise ValueError(f"draws must be a positive integer, got {draws!r}.")
+        self.history = PromptHistory(num_prompts, half_life=half_life)
+        self.rule = rule
+        self.draws = draws
+        self.num_generations = num_generations
+        self.clock = 0  # latest training step recorded: the "now" of forgetting
+        self._prior_moments = np.zeros(
+            3, dtype=np.float64
+        )  # (count, sum, sum of squares) of first-group success shares
+        self._predicted = np.zeros(2, dtype=np.float64)  # this batch: (predicted, observed) informative groups
         self.num_prompts = num_prompts
         self.seed = seed
         self.target = target
@@ -303,6 +384,8 @@ class SkipPolicy:
         if not 0 <= index < self.num_prompts:
             raise IndexError(f"Prompt index {index} is outside the training dataset (size {self.num_prompts}).")
         outcome = int(self.history.last_outcome[index])
+        if self.rule == "posterior":
+            return self._posterior_skip(index, outcome)
         if outcome not in ZERO_VARIANCE:
             return False
         c, b = outcome - ALL_CORRECT, min(int(self.history.streak[index]), self.streak_buckets) - 1
@@ -310,6 +393,33 @@ class SkipPolicy:
         self.looks[index] = count + 1
         skip = hashed_uniform(self.seed, index, count) < self._skip_table[c, b]
         self._count("eligible_" + OUTCOME_NAMES[outcome])
+        if skip:
+            self.skipped[index] += 1
+            self._count("skipped_" + OUTCOME_NAMES[outcome])
+        return bool(skip)
+
+    @property
+    def prior(self) -> tuple[float, float]:
+        """Beta prior `(a, b)` of a prompt's success rate: the population's, fitted to each prompt's first group."""
+        return fit_prior(self._prior_moments, self.num_generations or 2)
+
+    def posterior(self, indices: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+        """Beta posterior `(a, b)` of the success rate of `indices`, forgotten up to the latest recorded step."""
+        a0, b0 = self.prior
+        successes, failures = self.history.counts(indices, self.clock)
+        return a0 + successes, b0 + failures
+
+    def _posterior_skip(self, index: int, outcome: int) -> bool:
+        if outcome == UNSEEN:
+            return False
+        count = int(self.looks[index])
+        self.looks[index] = count + 1
+        self._count("eligible_" + OUTCOME_NAMES[outcome])
+        if hashed_uniform(self.seed, index, count) < 1.0 - self.max_skip:
+            return False  # exploration floor
+        a, b = self.posterior(index)
+        rng = decision_rng(self.seed, index, count)
+        skip = thompson_informative(float(a), float(b), self.num_generations, rng, self.draws) < self.threshold
         if skip:
             self.skipped[index] += 1
             self._count("skipped_" + OUTCOME_NAMES[outcome])
@@ -332,10 +442,23 @@ class SkipPolicy:
         """
         codes = outcome_codes(classification, informative)
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        successes, scored = _success_counts(classification, codes, self.num_generations)
+        if self.num_generations is None and scored.size:
+            self.num_generations = int(max(scored.max(), 2))
+        if indices.size and self.num_generations is not None:
+            # The posterior each group was drawn with, against what it gave (before this round updates it).
+            a, b = self.posterior(indices)
+            self._predicted += (informative_chance(a, b, self.num_generations).sum(), (codes == INFORMATIVE).sum())
         _, first = np.unique(indices, return_index=True)
         redrawn = np.zeros(indices.size, dtype=bool)
         redrawn[first] = self.skipped[indices[first]] > 0
-        previous_outcome, previous_streak = self.history.record(indices, codes, step)
+        previous_outcome, previous_streak = self.history.record(
+            indices, codes, step, successes=successes, failures=scored - successes
+        )
+        self.clock = max(self.clock, int(step))
+        first = (previous_outcome == UNSEEN) & (scored > 0)
+        share = successes[first] / scored[first]
+        self._prior_moments += (share.size, share.sum(), (share**2).sum())
         self.skipped[indices] = 0
         is_informative = codes == INFORMATIVE
 
@@ -383,23 +506,33 @@ class SkipPolicy:
         """
         batch = dict(zip(_COUNTERS, self._batch.tolist(), strict=True))
         self._batch[:] = 0
-        return {
-            "prompts_skipped": float(batch["skipped_all_correct"] + batch["skipped_all_wrong"]),
-            "prompts_skip_eligible": float(batch["eligible_all_correct"] + batch["eligible_all_wrong"]),
-            "skip_prob/all_correct": self.skip_probability(ALL_CORRECT, 1),
-            "skip_prob/all_wrong": self.skip_probability(ALL_WRONG, 1),
+        stats = {
+            "prompts_skipped": float(sum(batch["skipped_" + OUTCOME_NAMES[o]] for o in OUTCOMES)),
+            "prompts_skip_eligible": float(sum(batch["eligible_" + OUTCOME_NAMES[o]] for o in OUTCOMES)),
             "skip_threshold": self.threshold,
             "drawn_informative_rate": self.expected_informative_rate,
             "skip_miss_rate": batch["missed"] / batch["redrawn"] if batch["redrawn"] else math.nan,
         }
+        if self.rule == "streak":
+            stats["skip_prob/all_correct"] = self.skip_probability(ALL_CORRECT, 1)
+            stats["skip_prob/all_wrong"] = self.skip_probability(ALL_WRONG, 1)
+        else:
+            predicted, observed = self._predicted
+            generated = batch["generated"]
+            stats["skip_predicted_informative"] = predicted / generated if generated else math.nan
+            stats["skip_observed_informative"] = observed / generated if generated else math.nan
+            seen = np.flatnonzero(self.history.groups)
+            stats["posterior_std"] = float(posterior_std(*self.posterior(seen)).mean()) if seen.size else math.nan
+        self._predicted[:] = 0
+        return stats
 
     def run_totals(self) -> dict[str, int]:
         """Whole-run counts: `eligible`, `skipped`, `generated`, `informative`, `redrawn` and `missed` (informative
         among the redrawn)."""
         totals = dict(zip(_COUNTERS, self.totals.tolist(), strict=True))
         return {
-            "eligible": totals["eligible_all_correct"] + totals["eligible_all_wrong"],
-            "skipped": totals["skipped_all_correct"] + totals["skipped_all_wrong"],
+            "eligible": sum(totals["eligible_" + OUTCOME_NAMES[o]] for o in OUTCOMES),
+            "skipped": sum(totals["skipped_" + OUTCOME_NAMES[o]] for o in OUTCOMES),
             **{k: totals[k] for k in ("generated", "informative", "redrawn", "missed")},
         }
 
@@ -415,6 +548,11 @@ class SkipPolicy:
             "threshold": self.threshold,
             "batch": torch.from_numpy(self._batch.copy()),
             "totals": torch.from_numpy(self.totals.copy()),
+            "rule": self.rule,
+            "clock": self.clock,
+            "num_generations": self.num_generations,
+            "prior_moments": torch.from_numpy(self._prior_moments.copy()),
+            "predicted": torch.from_numpy(self._predicted.copy()),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -436,6 +574,30 @@ class SkipPolicy:
         self._counts = counts.astype(np.float64)
         self._drawn = state["drawn"].numpy().astype(np.float64)
         self.threshold = float(state["threshold"])
-        self._batch = state["batch"].numpy().astype(np.int64)
-        self.totals = state["totals"].numpy().astype(np.int64)
+        # Older checkpoints (streak rule only) lack the posterior's state and the last two counters.
+        pad = len(_COUNTERS) - state["batch"].numel()
+        self._batch = np.pad(state["batch"].numpy().astype(np.int64), (0, pad))
+        self.totals = np.pad(state["totals"].numpy().astype(np.int64), (0, pad))
+        if state.get("rule", "streak") != self.rule:
+            raise ValueError(
+                f"Checkpoint skip rule {state.get('rule', 'streak')!r} differs from this run's {self.rule!r}: resume "
+                "with the same dynamic_sampling_skip_rule."
+            )
+        self.clock = int(state.get("clock", 0))
+        if state.get("num_generations") is not None:
+            self.num_generations = int(state["num_generations"])
+        self._prior_moments = state.get("prior_moments", torch.zeros(3)).numpy().astype(np.float64)
+        self._predicted = state.get("predicted", torch.zeros(2)).numpy().astype(np.float64)
         self._skip_table = self._table()
+
+
+def _success_counts(
+    classification: GroupClassification, codes: np.ndarray, num_generations: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Successful and scored completions per group; from the outcome codes when the classification lacks them."""
+    if classification.successes is not None and classification.scored is not None:
+        successes = classification.successes.detach().cpu().numpy().astype(np.float64)
+        return successes, classification.scored.detach().cpu().numpy().astype(np.float64)
+    G = float(num_generations or 2)
+    successes = np.select([codes == ALL_CORRECT, codes == INFORMATIVE], [G, G / 2], 0.0)
+    return successes, np.full(codes.shape, G)

@@ -38,6 +38,9 @@ class GroupClassification:
     all_correct: torch.Tensor
     all_wrong: torch.Tensor
     mixed: torch.Tensor | None = None  # values differ, but by no more than the tolerance (so not informative)
+    # Per group: completions that succeeded (reached `correct_value`, or positive without one) and that were scored.
+    successes: torch.Tensor | None = None
+    scored: torch.Tensor | None = None
 
 
 def classify_groups(
@@ -51,7 +54,9 @@ def classify_groups(
     fewer than two scored completions is not informative (its advantages would all be zero) and in no other class.
     The other groups are described as they are: all-correct when every value reaches `correct_value` (when it is
     given; else when every value is the same positive number), all-wrong when none does (else: the same number, not
-    positive), and mixed otherwise (values that differ by no more than `tolerance`).
+    positive), and mixed otherwise (values that differ by no more than `tolerance`). `successes` counts, per group,
+    the scored completions that reach `correct_value` (without it: that are positive), the thresholded outcome the
+    prompt posterior of [`SkipPolicy`] learns from.
 
     Args:
         values (`torch.Tensor` of shape `(num_groups * num_generations,)`):
@@ -92,7 +97,15 @@ def classify_groups(
         every, none = (low == high) & (high > 0), (low == high) & (high <= 0)
     all_correct, all_wrong = uninformative & every, uninformative & none
     mixed = uninformative & ~every & ~none
-    return GroupClassification(informative=informative, all_correct=all_correct, all_wrong=all_wrong, mixed=mixed)
+    success = grouped >= correct_value if correct_value is not None else grouped > 0  # (N, G); NaN: never
+    return GroupClassification(
+        informative=informative,
+        all_correct=all_correct,
+        all_wrong=all_wrong,
+        mixed=mixed,
+        successes=(success & scored).sum(dim=1),
+        scored=scored.sum(dim=1),
+    )
 
 
 class ConstantRewardWatch:
