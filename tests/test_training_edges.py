@@ -152,6 +152,31 @@ def test_epoch_sampler_keeps_trls_order_and_restarts_at_any_epoch():
     assert list(resumed) == passes[2] and len(resumed) == len(trl_sampler)
 
 
+def test_resumed_multi_process_loader_draws_the_resumed_epochs_order(tmp_path):
+    # What transformers builds for process 0 of 2 resumed inside epoch 2: SkipBatchSampler(BatchSamplerShard(
+    # BatchSampler(sampler))), then set_epoch as its training loop calls it; neither reaches the innermost sampler.
+    from accelerate.data_loader import prepare_data_loader, skip_first_batches
+    from trl import GRPOTrainer
+
+    trainer = tiny_trainer(tmp_path, dataset=scripted_dataset(8), dynamic_sampling=False)
+    batch_size = trainer.args.per_device_train_batch_size
+
+    def loader(sampler):
+        data = torch.utils.data.DataLoader(range(8), batch_size=batch_size, sampler=sampler)
+        return prepare_data_loader(data, num_processes=2, process_index=0, put_on_device=False)
+
+    trl_sampler = GRPOTrainer._get_train_sampler(trainer)
+    passes = [torch.cat(list(loader(trl_sampler))).tolist() for _ in range(3)]
+    assert passes[2] != passes[0], "the test needs epochs in different orders"
+    trainer.state.epoch = 2.5  # restored from the checkpoint
+    resumed = skip_first_batches(loader(trainer._get_train_sampler()), 1)
+    resumed.set_epoch(2)
+    underlying = getattr(resumed.batch_sampler, "batch_sampler", None)
+    if hasattr(underlying, "set_epoch"):
+        underlying.set_epoch(2)
+    assert torch.cat(list(resumed)).tolist() == passes[2][batch_size:]
+
+
 # ---------------------------------------------------------------------------------------------- empty batches
 
 

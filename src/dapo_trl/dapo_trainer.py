@@ -753,7 +753,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler, with each epoch's order a function of the seed and the epoch (exact resume past epoch 0)."""
         sampler = super()._get_train_sampler(dataset)
-        return EpochSampler(sampler) if EpochSampler.wraps(sampler) else sampler
+        if not EpochSampler.wraps(sampler):
+            return sampler
+        return EpochSampler(sampler, epoch=lambda: self.state.epoch)  # restored on resume, on every process
 
     # ------------------------------------------------------------------ exact token-level normaliser
 
