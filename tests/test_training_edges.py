@@ -215,6 +215,34 @@ def test_a_batch_without_an_informative_group_takes_no_optimizer_step(tmp_path, 
     assert "the optimizer update is skipped" in caplog.text
 
 
+def test_fp16_with_gradient_clipping_trains_on_after_skipped_updates(tmp_path):
+    # A GradScaler as accelerate makes for fp16 on a GPU (it makes none on CPU), and clipping, which unscales the
+    # gradients of every step before the optimizer step; steps 2 and 3 are skipped, step 4 trains again.
+    dataset = scripted_dataset(12, kinds=("mixed", "mixed", "easy", "easy", "hard", "hard"))
+    trainer = tiny_trainer(
+        tmp_path,
+        dataset=dataset,
+        max_steps=4,
+        shuffle_dataset=False,
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_round_sizing="deficit",
+        fp16=True,
+        max_grad_norm=1.0,
+    )
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    trainer.accelerator.scaler, trainer.accelerator.native_amp = scaler, True
+    capture = StateCapture(trainer)
+    trainer.add_callback(capture)
+    trainer.train()
+    assert trainer.optimizer.scaler is scaler
+    assert logged(trainer, "dynamic_sampling/skipped_updates") == [0.0, 1.0, 1.0, 0.0]
+    first, *skipped, last = capture.steps
+    for state in skipped:
+        assert_same_state(first, state)
+    assert any(not torch.equal(v, last["params"][k]) for k, v in first["params"].items()), "step 4 must train"
+    assert scaler.get_scale() == 2.0**8
+
+
 # ---------------------------------------------------------------------------------------------- padding and positions
 
 

@@ -811,25 +811,30 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
 
     def _install_update_skipping(self) -> None:
         """
-        Wrap the optimizer's `step` (once; it exists by the first micro-step). A skipped step raises accelerate's
-        "step skipped" flag (`optimizer_step_was_skipped`, as after a mixed-precision overflow), on which the Trainer
-        and accelerate's scheduler leave the learning-rate schedule where it is.
+        Wrap the optimizer's and the scheduler's `step` (once; both exist by the first micro-step): a skipped step
+        leaves the weights, the optimizer moments and the learning-rate schedule where they are. A mixed-precision
+        scaler (`torch.amp.GradScaler`, FSDP's `ShardedGradScaler`) still closes its step, keeping its scale: gradient
+        clipping has already unscaled the gradients, and the next step's unscaling would otherwise fail.
         """
-        optimizer = self.optimizer
+        optimizer, scheduler = self.optimizer, self.lr_scheduler
         if getattr(optimizer, "_dapo_skips_updates", False):
             return
         step = optimizer.step
 
         @functools.wraps(step)  # keeps the mark torch's scheduler put on the step it wrapped
         def step_unless_skipped(*args, **kwargs):
-            optimizer._is_overflow = self._skip_update  # a scaler's own overflow check, if any, overrides it
             if self._skip_update:
+                scaler = getattr(optimizer, "scaler", None)  # accelerate's, on its optimizer wrapper
+                if scaler is not None and scaler.is_enabled():
+                    scaler.update(scaler.get_scale())  # ends the scaler's step (unscaled state) at the same scale
                 return None
             self._policy_updates += 1  # the policy version carried rows are dated with
             return step(*args, **kwargs)
 
         optimizer.step = step_unless_skipped
         optimizer._dapo_skips_updates = True
+        if scheduler is not None and not isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            scheduler.__class__ = _schedule_unless_skipped(type(scheduler), lambda: self._skip_update)
 
     # ------------------------------------------------------------------ loss forward and monitors
 
@@ -990,6 +995,20 @@ def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
         "(dynamic_sampling, overlong_shaping, ...) take their defaults."
     )
     return DAPOConfig(**values)
+
+
+def _schedule_unless_skipped(cls: type, skipped) -> type:
+    """
+    `cls` whose `step` does nothing while `skipped()`: a subclass, not an instance attribute, so that the scheduler's
+    `state_dict` (its `__dict__`, saved with every checkpoint) holds nothing new.
+    """
+
+    class ScheduleUnlessSkipped(cls):
+        def step(self, *args, **kwargs):
+            return None if skipped() else super().step(*args, **kwargs)
+
+    ScheduleUnlessSkipped.__name__ = ScheduleUnlessSkipped.__qualname__ = cls.__name__
+    return ScheduleUnlessSkipped
 
 
 def _accepts_position_ids(model: nn.Module) -> bool:
