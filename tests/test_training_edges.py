@@ -7,6 +7,7 @@ import pytest
 import torch
 from _tiny import (
     Recorder,
+    ScriptedReward,
     StateCapture,
     logged,
     scripted_dataset,
@@ -104,6 +105,28 @@ def test_completion_and_tool_metrics_of_a_multi_round_step_are_those_of_one_call
     assert expected["completions/min_length"] < expected["completions/max_length"]
     for key, value in expected.items():
         assert history[key] == pytest.approx(value, rel=1e-6), key
+
+
+class LoggingReward(ScriptedReward):
+    """[`ScriptedReward`] that also logs a metric and a completions-table column through TRL's reward kwargs."""
+
+    def __call__(self, completions, kind, log_extra=None, log_metric=None, **kwargs):
+        log_extra("echo", [f"<{c}>" for c in completions])
+        log_metric("rewards/scripted/judge_calls", 1.0)
+        return super().__call__(completions, kind, **kwargs)
+
+
+def test_a_rewards_own_metric_and_table_column_are_kept_over_rounds(tmp_path):
+    # Several rounds per batch, the first larger than one generation batch (TRL's table keeps that many rows).
+    trainer = tiny_trainer(
+        tmp_path, dataset=refill_dataset(), reward=LoggingReward(), max_steps=2, log_completions=True
+    )
+    trainer.train()
+    assert max(logged(trainer, "dynamic_sampling/rounds")) > 1
+    assert logged(trainer, "rewards/scripted/judge_calls") == [1.0, 1.0]
+    logs = trainer._logs
+    assert len(logs["prompt"]) == trainer.args.generation_batch_size
+    assert list(logs["extra"]["echo"]) == [f"<{c}>" for c in logs["completion"]]
 
 
 # ---------------------------------------------------------------------------------------------- resume past epoch 0
