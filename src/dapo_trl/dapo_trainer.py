@@ -511,7 +511,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             for func, name in zip(user_funcs, self.reward_func_names, strict=True)
         ]
         try:
-            with quiet_trl_unscored_warning():  # said once below, or replaced by the contract error
+            # TRL's warning once, as GRPOTrainer logs it (ours follows); replaced by the contract error if one broke
+            with quiet_trl_unscored_warning(lambda: self._let_trl_unscored_warning(problems)):
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = user_funcs
@@ -530,6 +531,12 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             self._log_correctness(rewards_per_func, self._last_lengths)
             self._warn_about_rewards(rewards_per_func)
         return rewards_per_func
+
+    def _let_trl_unscored_warning(self, problems: list[str]) -> bool:
+        if problems or getattr(self, "_said_trl_unscored", False):
+            return False
+        self._said_trl_unscored = True
+        return True
 
     def _warn_unscored_rows(self, rewards_per_func: torch.Tensor, prompts: list, completions: list) -> None:
         """Say once that some rows could not be scored by any reward (TRL says it for every call)."""

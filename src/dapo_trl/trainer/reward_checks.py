@@ -145,18 +145,24 @@ TRL_LOGGER = "trl.trainer.grpo_trainer"
 
 
 class _DropTrlUnscoredWarning(logging.Filter):
+    def __init__(self, let_through: Callable[[], bool]) -> None:
+        super().__init__()
+        self.let_through = let_through
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return TRL_UNSCORED_WARNING not in record.getMessage()  # accelerate may prefix "[RANK 0] "
+        # accelerate may prefix "[RANK 0] "
+        return TRL_UNSCORED_WARNING not in record.getMessage() or self.let_through()
 
 
 @contextlib.contextmanager
-def quiet_trl_unscored_warning():
+def quiet_trl_unscored_warning(let_through: Callable[[], bool] = lambda: False):
     """
     Hold back TRL's "All reward functions returned None" warning, which TRL prints for every call with an unscorable
-    row and also after a reward broke the contract (the checked wrapper returns None for it): the trainer says once
-    what is wrong instead ([`unscored_rows_message`] or the contract error).
+    row and also after a reward broke the contract (the checked wrapper returns None for it), except when
+    `let_through()` says otherwise (the trainer lets the first one through, as GRPOTrainer logs it, then says once what
+    is wrong: [`unscored_rows_message`], or the contract error instead).
     """
-    trl_logger, quiet = logging.getLogger(TRL_LOGGER), _DropTrlUnscoredWarning()
+    trl_logger, quiet = logging.getLogger(TRL_LOGGER), _DropTrlUnscoredWarning(let_through)
     trl_logger.addFilter(quiet)
     try:
         yield
