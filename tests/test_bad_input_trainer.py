@@ -239,3 +239,12 @@ def test_following_the_underfill_advice_with_a_reward_that_scores_nothing_does_n
     rounds = [h["dynamic_sampling/rounds"] for h in trainer.state.log_history if "dynamic_sampling/rounds" in h]
     assert rounds == [1.0, 1.0]
     assert "No completion of this batch could be scored" in caplog.text
+
+
+def test_a_tolerance_as_wide_as_the_rewards_gap_is_refused_at_start(tmp_path):
+    class ZeroOne(ScriptedReward):
+        correct_reward, incorrect_reward = 1.0, 0.0
+
+    with pytest.raises(ValueError, match=r"dynamic_sampling_tolerance=1.5 .* gap of 1 .*'scripted'"):
+        make(tmp_path, reward=ZeroOne(), dynamic_sampling_tolerance=1.5)
+    make(tmp_path, reward=ZeroOne(), dynamic_sampling_tolerance=0.5)  # below the gap: accepted

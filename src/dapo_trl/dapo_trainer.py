@@ -68,6 +68,7 @@ from .trainer.reward_checks import (
     check_reward_output,
     checked_reward,
     quiet_trl_unscored_warning,
+    tolerance_problem,
     unscored_rows_message,
 )
 from .trainer.sampling import (
@@ -243,6 +244,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._ds_active = bool(args.dynamic_sampling and self.train_dataset is not None)
         if not self._ds_active:
             return
+        problem = tolerance_problem(args.dynamic_sampling_tolerance, filter_func, str(name or names[0]))
+        if problem:
+            raise ValueError(problem)
         if self._is_vlm:
             raise ValueError(
                 "dynamic_sampling does not support vision-language models yet (multimodal rows cannot be moved between "
