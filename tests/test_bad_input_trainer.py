@@ -66,9 +66,11 @@ def test_rows_no_reward_can_score_are_said_once(tmp_path, caplog):
     trainer = make(tmp_path, reward=partial, max_steps=2, dynamic_sampling_max_rounds=3)
     with caplog.at_level(logging.WARNING):
         trainer.train()
-    assert "All reward functions returned None" not in caplog.text
-    said = [r.getMessage() for r in caplog.records if "No reward function could score" in r.getMessage()]
-    assert len(said) == 1 and "e.g. prompt 'q" in said[0]
+    messages = [r.getMessage() for r in caplog.records]
+    trl = [i for i, m in enumerate(messages) if "All reward functions returned None" in m]
+    said = [i for i, m in enumerate(messages) if "No reward function could score" in m]
+    assert len(trl) == 1 and len(said) == 1 and trl[0] < said[0]  # TRL's warning, as GRPOTrainer logs it, then ours
+    assert caplog.records[trl[0]].name == "trl.trainer.grpo_trainer" and "e.g. prompt 'q" in messages[said[0]]
 
 
 def test_reward_output_check_accepts_numbers_bools_none_and_zero_dim_tensors():
@@ -260,3 +262,12 @@ def test_a_verifier_that_scores_every_completion_wrong_is_not_called_blind(tmp_p
     assert "'scripted' returned the same value -1 for all" in caplog.text
     assert "Every completion was scored wrong" in caplog.text
     assert "If it does not look at the completion" not in caplog.text
+
+
+def test_a_tolerance_as_wide_as_the_rewards_gap_is_refused_at_start(tmp_path):
+    class ZeroOne(ScriptedReward):
+        correct_reward, incorrect_reward = 1.0, 0.0
+
+    with pytest.raises(ValueError, match=r"dynamic_sampling_tolerance=1.5 .* gap of 1 .*'scripted'"):
+        make(tmp_path, reward=ZeroOne(), dynamic_sampling_tolerance=1.5)
+    make(tmp_path, reward=ZeroOne(), dynamic_sampling_tolerance=0.5)  # below the gap: accepted

@@ -108,3 +108,13 @@ def test_two_processes_skip_the_update_of_a_batch_without_an_informative_group(t
                 for key, value in moments.items():
                     assert torch.equal(value, state["optimizer"]["state"][index][key]), (index, key)
             assert state["lr"] == first["lr"]
+
+
+def test_two_processes_resumed_past_the_first_epoch_train_the_same_prompts(tmp_path):
+    ranks = launch(tmp_path, "resume")
+    assert ranks[0]["world"] == 2, "accelerate started a single process"
+    for rank in ranks:
+        full, resumed = rank["full"], rank["resumed"]
+        assert len(full) == 6 and len(resumed) == 1
+        assert not torch.equal(full[1], full[5]), "the test needs epochs in different orders"
+        assert torch.equal(resumed[0], full[5])

@@ -7,6 +7,7 @@ import pytest
 import torch
 from _tiny import (
     Recorder,
+    ScriptedReward,
     StateCapture,
     logged,
     scripted_dataset,
@@ -106,6 +107,28 @@ def test_completion_and_tool_metrics_of_a_multi_round_step_are_those_of_one_call
         assert history[key] == pytest.approx(value, rel=1e-6), key
 
 
+class LoggingReward(ScriptedReward):
+    """[`ScriptedReward`] that also logs a metric and a completions-table column through TRL's reward kwargs."""
+
+    def __call__(self, completions, kind, log_extra=None, log_metric=None, **kwargs):
+        log_extra("echo", [f"<{c}>" for c in completions])
+        log_metric("rewards/scripted/judge_calls", 1.0)
+        return super().__call__(completions, kind, **kwargs)
+
+
+def test_a_rewards_own_metric_and_table_column_are_kept_over_rounds(tmp_path):
+    # Several rounds per batch, the first larger than one generation batch (TRL's table keeps that many rows).
+    trainer = tiny_trainer(
+        tmp_path, dataset=refill_dataset(), reward=LoggingReward(), max_steps=2, log_completions=True
+    )
+    trainer.train()
+    assert max(logged(trainer, "dynamic_sampling/rounds")) > 1
+    assert logged(trainer, "rewards/scripted/judge_calls") == [1.0, 1.0]
+    logs = trainer._logs
+    assert len(logs["prompt"]) == trainer.args.generation_batch_size
+    assert list(logs["extra"]["echo"]) == [f"<{c}>" for c in logs["completion"]]
+
+
 # ---------------------------------------------------------------------------------------------- resume past epoch 0
 
 
@@ -152,6 +175,31 @@ def test_epoch_sampler_keeps_trls_order_and_restarts_at_any_epoch():
     assert list(resumed) == passes[2] and len(resumed) == len(trl_sampler)
 
 
+def test_resumed_multi_process_loader_draws_the_resumed_epochs_order(tmp_path):
+    # What transformers builds for process 0 of 2 resumed inside epoch 2: SkipBatchSampler(BatchSamplerShard(
+    # BatchSampler(sampler))), then set_epoch as its training loop calls it; neither reaches the innermost sampler.
+    from accelerate.data_loader import prepare_data_loader, skip_first_batches
+    from trl import GRPOTrainer
+
+    trainer = tiny_trainer(tmp_path, dataset=scripted_dataset(8), dynamic_sampling=False)
+    batch_size = trainer.args.per_device_train_batch_size
+
+    def loader(sampler):
+        data = torch.utils.data.DataLoader(range(8), batch_size=batch_size, sampler=sampler)
+        return prepare_data_loader(data, num_processes=2, process_index=0, put_on_device=False)
+
+    trl_sampler = GRPOTrainer._get_train_sampler(trainer)
+    passes = [torch.cat(list(loader(trl_sampler))).tolist() for _ in range(3)]
+    assert passes[2] != passes[0], "the test needs epochs in different orders"
+    trainer.state.epoch = 2.5  # restored from the checkpoint
+    resumed = skip_first_batches(loader(trainer._get_train_sampler()), 1)
+    resumed.set_epoch(2)
+    underlying = getattr(resumed.batch_sampler, "batch_sampler", None)
+    if hasattr(underlying, "set_epoch"):
+        underlying.set_epoch(2)
+    assert torch.cat(list(resumed)).tolist() == passes[2][batch_size:]
+
+
 # ---------------------------------------------------------------------------------------------- empty batches
 
 
@@ -190,6 +238,34 @@ def test_a_batch_without_an_informative_group_takes_no_optimizer_step(tmp_path, 
     assert "the optimizer update is skipped" in caplog.text
 
 
+def test_fp16_with_gradient_clipping_trains_on_after_skipped_updates(tmp_path):
+    # A GradScaler as accelerate makes for fp16 on a GPU (it makes none on CPU), and clipping, which unscales the
+    # gradients of every step before the optimizer step; steps 2 and 3 are skipped, step 4 trains again.
+    dataset = scripted_dataset(12, kinds=("mixed", "mixed", "easy", "easy", "hard", "hard"))
+    trainer = tiny_trainer(
+        tmp_path,
+        dataset=dataset,
+        max_steps=4,
+        shuffle_dataset=False,
+        dynamic_sampling_max_rounds=1,
+        dynamic_sampling_round_sizing="deficit",
+        fp16=True,
+        max_grad_norm=1.0,
+    )
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    trainer.accelerator.scaler, trainer.accelerator.native_amp = scaler, True
+    capture = StateCapture(trainer)
+    trainer.add_callback(capture)
+    trainer.train()
+    assert trainer.optimizer.scaler is scaler
+    assert logged(trainer, "dynamic_sampling/skipped_updates") == [0.0, 1.0, 1.0, 0.0]
+    first, *skipped, last = capture.steps
+    for state in skipped:
+        assert_same_state(first, state)
+    assert any(not torch.equal(v, last["params"][k]) for k, v in first["params"].items()), "step 4 must train"
+    assert scaler.get_scale() == 2.0**8
+
+
 # ---------------------------------------------------------------------------------------------- padding and positions
 
 
@@ -207,12 +283,17 @@ class LossLogps(Recorder):
         return out
 
 
-def varied_prompts(n=80):
-    """Prompts of 3 to 6 tokens (so generation calls pad to different widths); one group in five is informative."""
-    kinds = ("mixed", "easy", "hard", "easy", "hard")
+def varied_prompts(n=80, *, blocks=False):
+    """
+    Prompts of 3 to 6 tokens (so generation calls pad to different widths); one group in five is informative (three with
+    `blocks`). With
+    `blocks`, widths change by blocks of 10 prompts, so that read in order, rounds differ in their widest prompt.
+    """
+    kinds = ("mixed", "easy", "mixed", "hard", "mixed") if blocks else ("mixed", "easy", "hard", "easy", "hard")
+    digits = [1 + (i // 10) % 4 if blocks else 1 + i % 4 for i in range(n)]
     return Dataset.from_dict(
         {
-            "prompt": [f"q{(i * 7919) % 10 ** (1 + i % 4)}?\n" for i in range(n)],
+            "prompt": [f"q{str(i * 7919)[-d:]:0>{d}}?\n" for i, d in enumerate(digits)],
             "kind": [kinds[i % 5] for i in range(n)],
         }
     )
@@ -230,7 +311,8 @@ def test_repadded_rows_keep_a_ratio_of_one_before_any_update(tmp_path, architect
         tmp_path,
         cls=LossLogps,
         model=model,
-        dataset=varied_prompts(),
+        dataset=varied_prompts(blocks=True),  # read in order: rounds of different widths, so rows are re-padded
+        shuffle_dataset=False,
         max_steps=4,
         learning_rate=0.0,
         steps_per_generation=steps_per_generation,
@@ -238,8 +320,7 @@ def test_repadded_rows_keep_a_ratio_of_one_before_any_update(tmp_path, architect
         dynamic_sampling_carry_over=True,
     )
     trainer.train()
-    assert max(logged(trainer, "dynamic_sampling/rounds")) > 1
-    assert sum(logged(trainer, "dynamic_sampling/groups_carried")) > 0
+    assert sum(logged(trainer, "dynamic_sampling/groups_carried")) > 0  # carried rows meet rows of another width
     checked = 0
     for batch, logps in zip(trainer.recorded, trainer.loss_logps, strict=True):
         old = batch.get("old_per_token_logps")

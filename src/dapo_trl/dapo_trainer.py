@@ -69,6 +69,7 @@ from .trainer.reward_checks import (
     checked_reward,
     constant_reward_advice,
     quiet_trl_unscored_warning,
+    tolerance_problem,
     unscored_rows_message,
 )
 from .trainer.sampling import (
@@ -243,6 +244,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._ds_active = bool(args.dynamic_sampling and self.train_dataset is not None)
         if not self._ds_active:
             return
+        problem = tolerance_problem(args.dynamic_sampling_tolerance, filter_func, str(name or names[0]))
+        if problem:
+            raise ValueError(problem)
         if self._is_vlm:
             raise ValueError(
                 "dynamic_sampling does not support vision-language models yet (multimodal rows cannot be moved between "
@@ -515,7 +519,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             for func, name in zip(user_funcs, self.reward_func_names, strict=True)
         ]
         try:
-            with quiet_trl_unscored_warning():  # said once below, or replaced by the contract error
+            # TRL's warning once, as GRPOTrainer logs it (ours follows); replaced by the contract error if one broke
+            with quiet_trl_unscored_warning(lambda: self._let_trl_unscored_warning(problems)):
                 rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = user_funcs
@@ -534,6 +539,12 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             self._log_correctness(rewards_per_func, self._last_lengths)
             self._warn_about_rewards(rewards_per_func)
         return rewards_per_func
+
+    def _let_trl_unscored_warning(self, problems: list[str]) -> bool:
+        if problems or getattr(self, "_said_trl_unscored", False):
+            return False
+        self._said_trl_unscored = True
+        return True
 
     def _warn_unscored_rows(self, rewards_per_func: torch.Tensor, prompts: list, completions: list) -> None:
         """Say once that some rows could not be scored by any reward (TRL says it for every call)."""
@@ -753,7 +764,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler, with each epoch's order a function of the seed and the epoch (exact resume past epoch 0)."""
         sampler = super()._get_train_sampler(dataset)
-        return EpochSampler(sampler) if EpochSampler.wraps(sampler) else sampler
+        if not EpochSampler.wraps(sampler):
+            return sampler
+        return EpochSampler(sampler, epoch=lambda: self.state.epoch)  # restored on resume, on every process
 
     # ------------------------------------------------------------------ exact token-level normaliser
 
@@ -809,25 +822,30 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
 
     def _install_update_skipping(self) -> None:
         """
-        Wrap the optimizer's `step` (once; it exists by the first micro-step). A skipped step raises accelerate's
-        "step skipped" flag (`optimizer_step_was_skipped`, as after a mixed-precision overflow), on which the Trainer
-        and accelerate's scheduler leave the learning-rate schedule where it is.
+        Wrap the optimizer's and the scheduler's `step` (once; both exist by the first micro-step): a skipped step
+        leaves the weights, the optimizer moments and the learning-rate schedule where they are. A mixed-precision
+        scaler (`torch.amp.GradScaler`, FSDP's `ShardedGradScaler`) still closes its step, keeping its scale: gradient
+        clipping has already unscaled the gradients, and the next step's unscaling would otherwise fail.
         """
-        optimizer = self.optimizer
+        optimizer, scheduler = self.optimizer, self.lr_scheduler
         if getattr(optimizer, "_dapo_skips_updates", False):
             return
         step = optimizer.step
 
         @functools.wraps(step)  # keeps the mark torch's scheduler put on the step it wrapped
         def step_unless_skipped(*args, **kwargs):
-            optimizer._is_overflow = self._skip_update  # a scaler's own overflow check, if any, overrides it
             if self._skip_update:
+                scaler = getattr(optimizer, "scaler", None)  # accelerate's, on its optimizer wrapper
+                if scaler is not None and scaler.is_enabled():
+                    scaler.update(scaler.get_scale())  # ends the scaler's step (unscaled state) at the same scale
                 return None
             self._policy_updates += 1  # the policy version carried rows are dated with
             return step(*args, **kwargs)
 
         optimizer.step = step_unless_skipped
         optimizer._dapo_skips_updates = True
+        if scheduler is not None and not isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            scheduler.__class__ = _schedule_unless_skipped(type(scheduler), lambda: self._skip_update)
 
     # ------------------------------------------------------------------ loss forward and monitors
 
@@ -988,6 +1006,20 @@ def _to_dapo_config(args: GRPOConfig) -> DAPOConfig:
         "(dynamic_sampling, overlong_shaping, ...) take their defaults."
     )
     return DAPOConfig(**values)
+
+
+def _schedule_unless_skipped(cls: type, skipped) -> type:
+    """
+    `cls` whose `step` does nothing while `skipped()`: a subclass, not an instance attribute, so that the scheduler's
+    `state_dict` (its `__dict__`, saved with every checkpoint) holds nothing new.
+    """
+
+    class ScheduleUnlessSkipped(cls):
+        def step(self, *args, **kwargs):
+            return None if skipped() else super().step(*args, **kwargs)
+
+    ScheduleUnlessSkipped.__name__ = ScheduleUnlessSkipped.__qualname__ = cls.__name__
+    return ScheduleUnlessSkipped
 
 
 def _accepts_position_ids(model: nn.Module) -> bool:

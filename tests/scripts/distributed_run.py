@@ -118,5 +118,30 @@ def main(out_dir: str, carry_over: str) -> None:
     )
 
 
+def resume_run(out_dir: str) -> None:
+    """
+    Mode `resume`, dynamic sampling off: 8 prompts, 2 steps per epoch; a run of 6 steps, then a run resumed from its
+    checkpoint-5 (inside epoch 2). Saves, per rank, the prompts each run trained at every step.
+    """
+    overrides = dict(dynamic_sampling=False, max_steps=6, save_strategy="steps", save_steps=1)
+    overrides.update(ddp_find_unused_parameters=False)
+    dataset = Dataset.from_dict({"prompt": [f"q{i}?\n" for i in range(8)], "kind": ["mixed"] * 8})
+    prompts = {}
+    for name, resume in (("full", None), ("resumed", os.path.join(out_dir, "full", "checkpoint-5"))):
+        model, tokenizer = tiny_model_and_tokenizer()
+        trainer = Recorder(
+            model=model,
+            reward_funcs=[ScriptedReward()],
+            args=config(os.path.join(out_dir, name), **overrides),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        prompts[name] = [b["prompt_ids"] for b in trainer.recorded]
+    rank = trainer.accelerator.process_index
+    state = {**prompts, "world": trainer.accelerator.num_processes}
+    torch.save(state, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    (resume_run(sys.argv[1]) if sys.argv[2] == "resume" else main(sys.argv[1], sys.argv[2]))

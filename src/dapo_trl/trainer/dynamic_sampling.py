@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -167,10 +168,14 @@ class DynamicSamplingMixin:
         outs, rewards, penalty, lengths, truncated, rows_per_call, table = [], [], [], [], [], [], []
         for call in self._round_calls(rows):
             self._generation_chunks = [len(chunk) for chunk in call.chunks] if len(call.chunks) > 1 else None
+            # The call's table rows go to an unbounded log of their own: TRL's columns keep one generation batch of
+            # rows, fewer than a large round has.
+            kept, self._logs = self._logs, _unbounded_logs()
             try:
                 out = super()._generate_and_score_completions([row for chunk in call.chunks for row in chunk])
             finally:
                 self._generation_chunks = None
+                call_logs, self._logs = self._logs, kept
             _batch.check_supported(out)
             out.pop("num_items_in_batch", None)
             out["_row"] = call.positions.to(self.accelerator.device)
@@ -186,7 +191,7 @@ class DynamicSamplingMixin:
             truncated.append(_in_round_order(self._last_truncated, order))
             rows_per_call.append(order.numel())
             if self.log_completions:
-                popped = self._pop_table_rows(order.numel())
+                popped = self._pop_table_rows(order.numel(), call_logs)
                 if len(popped) == order.numel():
                     popped = [popped[i] for i in torch.argsort(order).tolist()]
                 table.extend(popped)
@@ -509,9 +514,10 @@ class DynamicSamplingMixin:
             k: v for k, v in per_call.items() if k.startswith(("completions/", "tools/")) and len(v) == len(rows)
         }
         merged = merge_completion_metrics(completion_keys, rows) if rows else {}
+        recomputed = {f"rewards/{name}/{stat}" for name in self.reward_func_names for stat in ("mean", "std")}
         for key, values in per_call.items():
-            if key in merged or key in _REWARD_METRICS or key.startswith("rewards/"):
-                continue
+            if key in merged or key in _REWARD_METRICS or key in recomputed:
+                continue  # a reward's own metrics (TRL's `log_metric`) are merged like the rest
             weights = rows if len(values) == len(rows) else [1] * len(values)
             merged[key] = merge_metric(key, values, weights)
         if step.rewards:
@@ -622,9 +628,8 @@ class DynamicSamplingMixin:
 
     # ------------------------------------------------------------------ completions table
 
-    def _pop_table_rows(self, rows: int) -> list[dict]:
-        """Take the last `rows` rows TRL added to its completions table (one call's rows) out of it."""
-        logs = self._logs
+    def _pop_table_rows(self, rows: int, logs: dict) -> list[dict]:
+        """Take the last `rows` rows TRL added to the completions-table log `logs` (one call's rows) out of it."""
         take = min(rows, len(logs["prompt"]))
         out = [{} for _ in range(take)]
         columns = [("prompt", logs["prompt"]), ("completion", logs["completion"]), ("advantage", logs["advantages"])]
@@ -641,6 +646,8 @@ class DynamicSamplingMixin:
         if not self.log_completions:
             return
         logs = self._logs
+        rows_extra = (k for rows in step.trained_table.values() for row in rows for k in row if k.startswith("extra/"))
+        extra = sorted({k[len("extra/") :] for k in rows_extra}.union(logs["extra"]))
         for group, rows in sorted(step.trained_table.items()):
             advantages = batch["advantages"][batch["_group"] == group].tolist()  # the group's rows, in table order
             for row, advantage in zip(rows, advantages):
@@ -649,8 +656,20 @@ class DynamicSamplingMixin:
                 logs["advantages"].append(advantage)
                 for name in list(logs["rewards"]):
                     logs["rewards"][name].append(row.get(f"rewards/{name}"))
-                for name in list(logs["extra"]):
+                for name in extra:  # every column a reward logged in any round; None for rows without it
                     logs["extra"][name].append(row.get(f"extra/{name}"))
+
+
+def _unbounded_logs() -> dict:
+    """An empty completions-table log in TRL's layout (`GRPOTrainer._logs`), without its length cap."""
+    return {
+        "images": deque(),
+        "prompt": deque(),
+        "completion": deque(),
+        "rewards": defaultdict(deque),
+        "advantages": deque(),
+        "extra": defaultdict(deque),
+    }
 
 
 def _in_round_order(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

@@ -35,13 +35,16 @@ class EpochSampler(torch.utils.data.Sampler):
     others never). This wrapper reseeds the generator and replays the draws of epochs `0 .. e - 1` before each pass, so
     an uninterrupted run sees exactly TRL's order and a resumed run the same order again.
 
-    The epoch comes from `set_epoch`, which transformers calls before every pass (the resumed one included); without
-    it, each pass counts as the next epoch, as in `RepeatSampler`.
+    The epoch of a pass comes from `epoch`, a callable read when the pass starts (the trainer gives the integer part
+    of `TrainerState.epoch`, which a resumed run restores): `set_epoch` does not reach a sampler nested in the loader
+    of a resumed multi-process run (`SkipBatchSampler(BatchSamplerShard(BatchSampler(sampler)))`). Without `epoch`,
+    the epoch is the last `set_epoch` value, and each pass otherwise counts as the next epoch, as in `RepeatSampler`.
     """
 
-    def __init__(self, sampler: torch.utils.data.Sampler) -> None:
+    def __init__(self, sampler: torch.utils.data.Sampler, *, epoch: Callable[[], float | None] | None = None) -> None:
         self.sampler = sampler
         self.epoch = 0
+        self._epoch_source = epoch
 
     @staticmethod
     def wraps(sampler: Any) -> bool:
@@ -57,6 +60,8 @@ class EpochSampler(torch.utils.data.Sampler):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
+        if self._epoch_source is not None:
+            self.epoch = int(self._epoch_source() or 0)
         epoch, self.epoch = self.epoch, self.epoch + 1
         seed = self.sampler.seed if self.sampler.seed is not None else torch.Generator().initial_seed()
         generator = self.sampler.generator  # reseeded in place: accelerate may hold a reference to it

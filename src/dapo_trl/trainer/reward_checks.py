@@ -186,18 +186,24 @@ TRL_LOGGER = "trl.trainer.grpo_trainer"
 
 
 class _DropTrlUnscoredWarning(logging.Filter):
+    def __init__(self, let_through: Callable[[], bool]) -> None:
+        super().__init__()
+        self.let_through = let_through
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return TRL_UNSCORED_WARNING not in record.getMessage()  # accelerate may prefix "[RANK 0] "
+        # accelerate may prefix "[RANK 0] "
+        return TRL_UNSCORED_WARNING not in record.getMessage() or self.let_through()
 
 
 @contextlib.contextmanager
-def quiet_trl_unscored_warning():
+def quiet_trl_unscored_warning(let_through: Callable[[], bool] = lambda: False):
     """
     Hold back TRL's "All reward functions returned None" warning, which TRL prints for every call with an unscorable
-    row and also after a reward broke the contract (the checked wrapper returns None for it): the trainer says once
-    what is wrong instead ([`unscored_rows_message`] or the contract error).
+    row and also after a reward broke the contract (the checked wrapper returns None for it), except when
+    `let_through()` says otherwise (the trainer lets the first one through, as GRPOTrainer logs it, then says once what
+    is wrong: [`unscored_rows_message`], or the contract error instead).
     """
-    trl_logger, quiet = logging.getLogger(TRL_LOGGER), _DropTrlUnscoredWarning()
+    trl_logger, quiet = logging.getLogger(TRL_LOGGER), _DropTrlUnscoredWarning(let_through)
     trl_logger.addFilter(quiet)
     try:
         yield
@@ -258,3 +264,34 @@ def checked_reward(func: Callable, name: str, problems: list[str]) -> Callable:
 
     check.__name__ = name
     return check
+
+
+def tolerance_problem(tolerance: float, filter_func: Any, name: str) -> str | None:
+    """
+    Why `dynamic_sampling_tolerance` leaves no group informative under the filter reward `filter_func` (named `name`),
+    or `None`: a group is informative when its values spread wider than the tolerance, and a reward declaring
+    `correct_reward` and `incorrect_reward` spreads at most their gap.
+
+    Example:
+    ```python
+    >>> class Verifier:
+    ...     correct_reward, incorrect_reward = 1.0, 0.0
+    >>> tolerance_problem(1.0, Verifier(), "verifier")[:64]
+    'dynamic_sampling_tolerance=1 is not below the gap of 1 between t'
+    >>> tolerance_problem(0.5, Verifier(), "verifier") is None
+    True
+
+    ```
+    """
+    correct, incorrect = getattr(filter_func, "correct_reward", None), getattr(filter_func, "incorrect_reward", None)
+    if not all(isinstance(v, numbers.Real) for v in (correct, incorrect)):
+        return None
+    gap = abs(float(correct) - float(incorrect))
+    if tolerance < gap:
+        return None
+    return (
+        f"dynamic_sampling_tolerance={tolerance:g} is not below the gap of {gap:g} between the correct ({correct:g}) "
+        f"and incorrect ({incorrect:g}) rewards of {name!r}, the reward dynamic sampling filters on: no group could "
+        f"ever count as informative and nothing would be trained. Set dynamic_sampling_tolerance below {gap:g} (0 "
+        "keeps every group whose rewards differ)."
+    )
