@@ -16,6 +16,7 @@ from .trainer.sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
 TRUNCATION_SIDES = ("left", "right", "error")
+VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,15 @@ class DAPOConfig(GRPOConfig):
             `train()` called without `resume_from_checkpoint` resumes from the newest complete `checkpoint-N` in
             `output_dir` (partially written ones are skipped), or starts fresh when there is none, so a preempted job
             restarts with the same command. Checkpoints are published atomically either way.
+
+        > vLLM engine (with `use_vllm=True`; see docs/vllm.md)
+
+        vllm_dtype (`str`, *optional*, defaults to `"auto"`):
+            Dtype of the colocated vLLM engine's weights and compute (TRL passes none, and vLLM then serves a float32
+            model in bfloat16). `"auto"` follows the trainer: `"bfloat16"` with `bf16=True`, `"float16"` with
+            `fp16=True`, else the dtype of the model's weights. Or one of `"float32"`, `"bfloat16"`, `"float16"`. The
+            log-probability gap this leaves between vLLM and the trainer is logged by TRL as
+            `sampling/sampling_logp_difference/mean` and `/max`. Not used in server mode (the server sets its own).
 
         > Diagnostics
 
@@ -283,6 +293,14 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Resume from the newest complete checkpoint in output_dir when there is one."},
     )
 
+    # vLLM engine
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "Dtype of the colocated vLLM engine: auto (follows the trainer), float32, bfloat16 or float16."
+        },
+    )
+
     # Diagnostics
     diagnostics: bool = field(
         default=True,
@@ -301,6 +319,7 @@ class DAPOConfig(GRPOConfig):
             self._check_prompt_length()
             self._check_dynamic_sampling_skip()
             self._check_preemption()
+            self._check_vllm_dtype()
         except ValueError as error:
             # after the import swap a user reads "(16)" as their own value: say which defaults the error involves
             if error.args and isinstance(error.args[0], str):
@@ -399,6 +418,10 @@ class DAPOConfig(GRPOConfig):
                 "dynamic_sampling_skip=True passes over prompts drawn by dynamic sampling's prompt stream, but "
                 "dynamic_sampling=False. Set dynamic_sampling=True, or dynamic_sampling_skip=False."
             )
+
+    def _check_vllm_dtype(self) -> None:
+        if self.vllm_dtype not in VLLM_DTYPES:
+            raise ValueError(f"vllm_dtype must be one of {VLLM_DTYPES}, got {self.vllm_dtype!r}.")
 
     def _check_preemption(self) -> None:
         if self.preemption_stop_at not in STOP_POINTS:
