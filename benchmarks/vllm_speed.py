@@ -40,7 +40,10 @@ PROMPTS = [
 
 
 def chat(tokenizer, prompt: str) -> list[int]:
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def generation_speed(folder: str, completions: int, max_tokens: int) -> tuple[float, float]:
@@ -68,7 +71,11 @@ def generation_speed(folder: str, completions: int, max_tokens: int) -> tuple[fl
         out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_tokens)
     hf_seconds = time.perf_counter() - start
     new = out[:, batch["input_ids"].size(1) :]
-    hf_tokens = int(((new != tokenizer.pad_token_id).cumsum(1) > 0).sum())  # up to and including the end token
+    ended = new == tokenizer.eos_token_id  # (N, T); vLLM counts up to and including the end token too
+    lengths = torch.where(
+        ended.any(1), ended.int().argmax(1) + 1, torch.full_like(ended[:, 0], new.size(1), dtype=torch.long)
+    )
+    hf_tokens = int(lengths.sum())
     return vllm_tokens / vllm_seconds, hf_tokens / hf_seconds
 
 
