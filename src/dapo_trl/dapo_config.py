@@ -17,6 +17,7 @@ from .trainer.sampling import STRATEGIES
 
 EXHAUSTED_POLICIES = ("train", "raise")
 TRUNCATION_SIDES = ("left", "right", "error")
+VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +158,15 @@ class DAPOConfig(GRPOConfig):
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
             Start at step 0 in an `output_dir` that holds checkpoints, deleting its `checkpoint-N` folders first. Set it
             for one run, not in a command a scheduler reruns (each restart would start over). Not with `auto_resume`.
+
+        > vLLM engine (with `use_vllm=True`; see docs/vllm.md)
+
+        vllm_dtype (`str`, *optional*, defaults to `"auto"`):
+            Dtype of the colocated vLLM engine's weights and compute (TRL passes none, and vLLM then serves a float32
+            model in bfloat16). `"auto"` follows the trainer: `"bfloat16"` with `bf16=True`, `"float16"` with
+            `fp16=True`, else the dtype of the model's weights. Or one of `"float32"`, `"bfloat16"`, `"float16"`. The
+            log-probability gap this leaves between vLLM and the trainer is logged by TRL as
+            `sampling/sampling_logp_difference/mean` and `/max`. Not used in server mode (the server sets its own).
 
         > Diagnostics
 
@@ -316,6 +326,14 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "Start at step 0 in an output_dir that holds checkpoints, deleting them first."},
     )
 
+    # vLLM engine
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "Dtype of the colocated vLLM engine: auto (follows the trainer), float32, bfloat16 or float16."
+        },
+    )
+
     # Diagnostics
     diagnostics: bool = field(
         default=True,
@@ -334,6 +352,7 @@ class DAPOConfig(GRPOConfig):
             self._check_prompt_length()
             self._check_dynamic_sampling_skip()
             self._check_preemption()
+            self._check_vllm_dtype()
         except ValueError as error:
             # after the import swap a user reads "(16)" as their own value: say which defaults the error involves
             if error.args and isinstance(error.args[0], str):
@@ -445,6 +464,10 @@ class DAPOConfig(GRPOConfig):
                 "dynamic_sampling_skip=True passes over prompts drawn by dynamic sampling's prompt stream, but "
                 "dynamic_sampling=False. Set dynamic_sampling=True, or dynamic_sampling_skip=False."
             )
+
+    def _check_vllm_dtype(self) -> None:
+        if self.vllm_dtype not in VLLM_DTYPES:
+            raise ValueError(f"vllm_dtype must be one of {VLLM_DTYPES}, got {self.vllm_dtype!r}.")
 
     def _check_preemption(self) -> None:
         if self.preemption_stop_at not in STOP_POINTS:

@@ -80,6 +80,7 @@ from .trainer.sampling import (
     classify_groups,
     plan_selection,
 )
+from .trainer.vllm_colocate import finish_vllm_setup, prepare_vllm
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if reward_funcs is not None:
             check_reward_funcs(reward_funcs)
         prompts = check_train_dataset(train_dataset, args, environment_factory is not None)
+        prepare_vllm(args)  # vLLM installed and runnable here; the engine's dtype (trainer/vllm_colocate.py)
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -206,6 +208,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._warned_deepspeed_skip = False
         self._overlong = self.build_overlong_penalty()
         self._setup_dynamic_sampling(prompts)
+        finish_vllm_setup(self)  # vLLM on CPU: the weight sync that repacks its layers
         self._count_weight_syncs()
         self._check_prompt_lengths(prompts)
         if self.args.diagnostics:
