@@ -100,6 +100,19 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL_ENV = "DAPO_TRL_SMOLLM2"
 ARMS = ("dapo", "grpo")
 ARM_NAMES = {"dapo": "DAPO", "grpo": "naive GRPO"}
+# `--phase unit` arms (one seed each, appended to the results JSON): DAPOConfig's changes from its defaults.
+UNIT_ARMS = {
+    "grpo": None,  # TRL's GRPOTrainer and GRPOConfig
+    "dapo": {},  # DAPOConfig's defaults, as the paper runs it
+    "dapo_savings": {"dynamic_sampling_carry_over": True, "dynamic_sampling_skip": True},
+    "dapo_eps02": {"epsilon_high": 0.2},  # without clip-higher
+    "dapo_no_ds": {"dynamic_sampling": False},  # without dynamic sampling
+}
+ARM_NAMES.update(
+    dapo_savings="DAPO + carry-over + skipping",
+    dapo_eps02="DAPO, epsilon_high=0.2",
+    dapo_no_ds="DAPO, no dyn. sampling",
+)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Word problems
@@ -442,7 +455,7 @@ def arm_config(args: argparse.Namespace, arm: str, output_dir: str) -> Any:
         "save_strategy": "no",
         "disable_tqdm": True,
         "logging_steps": 1,
-        "seed": args.seed,
+        "seed": rl_seed(args),
         "max_steps": 100_000,  # the token budget stops training (see `BudgetCallback`)
         "learning_rate": args.lr,
         "lr_scheduler_type": "constant",
@@ -458,14 +471,20 @@ def arm_config(args: argparse.Namespace, arm: str, output_dir: str) -> Any:
         "beta": 0.0,
         "log_completions": False,
     }
-    if arm == "dapo":
+    if arm.startswith("dapo"):
         return DAPOConfig(
             **shared,
             overlong_buffer_len=args.overlong_buffer_len,
             dynamic_sampling_max_rounds=args.max_rounds,
             diagnostics=False,
+            **(UNIT_ARMS[arm] or {}),
         )
     return GRPOConfig(**shared)
+
+
+def rl_seed(args: argparse.Namespace) -> int:
+    """The RL seed (`--rl-seed`); the data, the warm-up and the held-out set keep `--seed`."""
+    return args.seed if getattr(args, "rl_seed", None) is None else args.rl_seed
 
 
 # What the mechanisms did, per optimizer step (TRL's and DAPOTrainer's metric names).
@@ -503,7 +522,7 @@ def counting(trainer_cls: type) -> type:
     return Counting
 
 
-def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
+def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str | None = None) -> dict:
     """Train `arm` from the warmed-up weights until the token budget is spent; evaluate on the grid; return the record."""
     import tempfile
 
@@ -518,7 +537,7 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
     hf_logging.set_verbosity_error()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("dapo_trl").setLevel(logging.ERROR)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(rl_seed(args))
     model, tokenizer = load(warm_dir, train_layers=args.train_layers)
     train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
     test_set = held_out(args)
@@ -588,7 +607,7 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
                     marks.pop(0)
                 checkpoint(state.global_step)
 
-    trainer_cls = counting(DAPOTrainer if arm == "dapo" else GRPOTrainer)
+    trainer_cls = counting(DAPOTrainer if arm.startswith("dapo") else GRPOTrainer)
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = trainer_cls(
             model=model,
@@ -600,11 +619,76 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str) -> dict:
         )
         trainer.remove_callback(PrinterCallback)
         trainer.train()
+    if model_dir is not None:  # a plain transformers folder, to be scored again
+        trainer.model.save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
     return record
 
 
 def arm_path(args: argparse.Namespace, arm: str) -> Path:
-    return Path(args.cache_dir) / f"arm-{arm}-{warmup_key(args)}-{eval_key(args)}.json"
+    seed = "" if getattr(args, "rl_seed", None) is None else f"-rl{args.rl_seed}"
+    return Path(args.cache_dir) / f"arm-{arm}{seed}-{warmup_key(args)}-{eval_key(args)}.json"
+
+
+def run_units(args: argparse.Namespace, warm_dir: str, warmup: dict) -> dict:
+    """
+    `--phase unit`: train each of `--arms` once at `--rl-seed` (from the shared warm-up, same data and held-out set),
+    and append `{"seed", "generated_tokens", "heldout_accuracy", "heldout_n", "model_dir"}` to the arm's `seeds` in
+    the results JSON, with the paired comparisons over seeds recomputed. An (arm, seed) already there is skipped, so
+    a unit interrupted or not yet run is simply run again by the same command. Seed 0's final model is kept at
+    `--model-root/ARM-seed0` (a plain transformers folder).
+    """
+    path = Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
+    seed = rl_seed(args)
+
+    def read() -> dict:
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    for arm in args.arms:
+        if any(s["seed"] == seed for s in read().get("arms", {}).get(arm, {}).get("seeds", [])):
+            logger.info(f"{ARM_NAMES[arm]}, seed {seed}: already in {path}, skipped")
+            continue
+        model_dir = str(Path(args.model_root) / f"{arm}-seed{seed}") if seed == 0 else None
+        record = run_arm(args, arm, warm_dir, model_dir=model_dir)
+        final = record["curve"][-1]
+        data = read()  # again: another unit may have written meanwhile
+        data.setdefault("arms", {}).setdefault(arm, {"seeds": []})["seeds"].append(
+            {
+                "seed": seed,
+                "generated_tokens": record["tokens"],
+                "heldout_accuracy": final["accuracy"],
+                "heldout_n": final["n"],
+                "model_dir": model_dir,
+                "optimizer_steps": record["steps"],
+                "stopped_by": record["stopped_by"],
+                "seconds": record["seconds"],
+            }
+        )
+        data.setdefault("warmup", {}).update(heldout_accuracy=warmup["eval"]["accuracy"], model_dir=warm_dir)
+        data["comparisons"] = compare_seeds(data["arms"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1))
+        logger.info(f"{ARM_NAMES[arm]}, seed {seed}: held-out accuracy {final['accuracy']:.3f}, written to {path}")
+    return read()
+
+
+def compare_seeds(arms: dict[str, dict]) -> list[dict]:
+    """Every pair of arms on their common seeds: the mean difference in held-out accuracy and its paired standard
+    error over seeds (None with fewer than 2 common seeds)."""
+    out = []
+    names = [arm for arm in UNIT_ARMS if arm in arms]
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            acc_a = {s["seed"]: s["heldout_accuracy"] for s in arms[a]["seeds"]}
+            acc_b = {s["seed"]: s["heldout_accuracy"] for s in arms[b]["seeds"]}
+            common = sorted(set(acc_a) & set(acc_b))
+            if not common:
+                continue
+            diff, se = mean_se([acc_a[s] - acc_b[s] for s in common])
+            out.append(
+                {"a": a, "b": b, "mean_diff": diff, "paired_se": se if len(common) > 1 else None, "seeds": common}
+            )
+    return out
 
 
 def _run_arm_job(job: tuple) -> dict:
@@ -769,6 +853,13 @@ def report(args: argparse.Namespace, warmup: dict, arms: dict[str, dict]) -> dic
         "summary": summary,
         "curves": curves,
     }
+    previous = out_dir / f"{stem}.json"
+    if previous.exists():  # the `--phase unit` results live in the same file
+        old = json.loads(previous.read_text())
+        payload.update({k: old[k] for k in ("arms", "comparisons") if k in old})
+        payload["warmup"].update(
+            {k: v for k, v in old.get("warmup", {}).items() if k in ("heldout_accuracy", "model_dir")}
+        )
     (out_dir / f"{stem}.json").write_text(json.dumps(payload, indent=1))
     if not args.quick:
         plot(warmup, arms, out_dir / f"{stem}.png")
@@ -802,11 +893,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="CI smoke: tiny sizes (a tiny random model without --model)")
     p.add_argument(
         "--phase",
-        choices=("all", "warmup", "report"),
+        choices=("all", "warmup", "report", "unit"),
         default="all",
-        help="warmup: warm up and evaluate only; report: report the arms saved in the cache; all: also train the arms",
+        help="warmup: warm up and evaluate only; report: report the arms saved in the cache; all: also train the arms; "
+        "unit: train --arms at --rl-seed, one after the other, appending each to the results JSON (see run_units)",
     )
-    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="arms to train")
+    p.add_argument("--arms", nargs="+", choices=list(UNIT_ARMS), default=list(ARMS), help="arms to train")
+    p.add_argument("--rl-seed", type=int, default=None, help="RL seed (default: --seed); data and warm-up keep --seed")
+    p.add_argument("--model-root", default=None, help="unit: where seed 0's final models go (default: CACHE/models)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the warm-up and the arms")
     p.add_argument("--train-size", type=int, default=2000, help="training problems")
     p.add_argument("--test-size", type=int, default=200, help="held-out problems")
@@ -857,6 +951,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             args.model = build_tiny(Path(args.cache_dir) / "tiny-chat-model")
     if args.model is None:
         p.error(f"--model (or ${MODEL_ENV}): a folder written by scripts/get_smollm2.py")
+    if args.phase != "unit" and set(args.arms) - set(ARMS):
+        p.error(
+            f"--arms {sorted(set(args.arms) - set(ARMS))}: only with --phase unit (the two-arm run has {list(ARMS)})."
+        )
+    args.model_root = args.model_root or str(Path(args.cache_dir) / "models")
     return args
 
 
@@ -869,6 +968,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     warmup["eval"] = warmed_up_eval(args, warm_dir)
     if args.phase == "warmup":
         return warmup
+    if args.phase == "unit":
+        return run_units(args, warm_dir, warmup)
     if args.phase == "all":
         jobs = [(args, arm, warm_dir) for arm in args.arms]
         if args.sequential:

@@ -126,6 +126,26 @@ class MathScriptArguments(ScriptArguments):
             "choices": ("auto", "bar", "full"),
         },
     )
+    # A real model on CPU (configs/smollm2_cpu.yaml; dapo_trl.run.warmup)
+    sft_steps: int = field(
+        default=0, metadata={"help": "Supervised format warm-up steps before RL (0: none); needs a `target` column."}
+    )
+    sft_dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Warm-up set (prompt column as --prompt_column, plus `target`); default: the training set."},
+    )
+    sft_batch_size: int = field(default=8, metadata={"help": "Warm-up examples per step."})
+    sft_learning_rate: float = field(default=3e-5, metadata={"help": "Warm-up AdamW learning rate (peak)."})
+    train_top_layers: int | None = field(
+        default=None, metadata={"help": "Train only the top N decoder layers and the final norm (warm-up and RL)."}
+    )
+    eval_before_rl: bool = field(
+        default=False,
+        metadata={
+            "help": "Score the --eval_dataset_name problems greedily before RL (after any warm-up) and after, on the "
+            "same problems; eval_summary.json gets before/after/change/paired SE."
+        },
+    )
     # CPU demo only
     demo_train_size: int = field(default=4000, metadata={"help": "Demo: synthetic training problems."})
     demo_test_size: int = field(default=200, metadata={"help": "Demo: held-out problems drawn (repeats dropped)."})
@@ -458,16 +478,22 @@ def run_real(
     if training_args.process_index == 0:
         write_run_record(training_args.output_dir, record)
     reward = rewards or build_rewards(script_args, training_args)
+    prepared = prepare_real_model(script_args, training_args, model_args)  # None unless warm-up/top layers/eval asked
     trainer = DAPOTrainer(
-        model=model_args.model_name_or_path,
+        model=model_args.model_name_or_path if prepared is None else prepared["model"],
         reward_funcs=reward,
         args=training_args,
         train_dataset=load_training_set(script_args) if train_set is None else train_set,
         peft_config=get_peft_config(model_args),
     )
     use_console(trainer, script_args, demo=False)
+    rl_started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     summary: dict = {"task": script_args.dataset_name, "optimizer_steps": trainer.state.global_step}
+    if prepared is not None:
+        summary.update(
+            finish_real_model(prepared, trainer, training_args, rl_seconds=time.perf_counter() - rl_started)
+        )
     if script_args.eval_dataset_name:
         eval_set = load_math_dataset(
             script_args.eval_dataset_name,
@@ -498,6 +524,98 @@ def run_real(
         )
     finish(trainer, summary)
     return summary
+
+
+def prepare_real_model(
+    script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig
+) -> dict | None:
+    """With `sft_steps`, `train_top_layers` or `eval_before_rl`: the model loaded here, frozen below the top layers,
+    warmed up and scored on the held-out set (see `dapo_trl.run.warmup`); else None (the trainer loads the model)."""
+    if not (script_args.sft_steps or script_args.train_top_layers or script_args.eval_before_rl):
+        return None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dapo_trl.run.data import load_math_dataset
+    from dapo_trl.run.warmup import freeze_below, heldout_accuracy, sft_warm_up
+
+    if script_args.eval_before_rl and not script_args.eval_dataset_name:
+        raise ValueError("eval_before_rl needs the held-out problems: set eval_dataset_name.")
+    started = time.perf_counter()
+    torch.manual_seed(training_args.seed)
+    path = model_args.model_name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, **training_args.model_init_kwargs)
+    out: dict = {"model": model, "tokenizer": tokenizer, "seconds": {"load": time.perf_counter() - started}}
+    if script_args.train_top_layers:
+        out["trainable_parameters"] = freeze_below(model, script_args.train_top_layers)
+
+    def load(name: str, **kwargs):
+        return load_math_dataset(
+            name,
+            dataset_format=script_args.dataset_format,
+            prompt_column=script_args.prompt_column or script_args.dataset_prompt_column,
+            answer_column=script_args.answer_column,
+            conversational=script_args.conversational,
+            system_prompt=script_args.system_prompt,
+            **kwargs,
+        )
+
+    if script_args.sft_steps:
+        sft_set = load(script_args.sft_dataset_name or script_args.dataset_name, keep_columns=["target"])
+        out["warmup"] = sft_warm_up(
+            model,
+            tokenizer,
+            sft_set["prompt"],
+            sft_set["target"],
+            steps=script_args.sft_steps,
+            batch_size=script_args.sft_batch_size,
+            lr=script_args.sft_learning_rate,
+            seed=training_args.seed,
+        )
+        out["seconds"]["warmup"] = out["warmup"]["seconds"]
+        logger.info(f"warm-up: {script_args.sft_steps} steps in {out['warmup']['seconds']:.0f} s")
+    if script_args.eval_before_rl:
+        out["heldout"] = load(
+            script_args.eval_dataset_name, split=script_args.eval_split, max_samples=script_args.eval_max_samples
+        )
+        out["before"] = heldout_accuracy(
+            model,
+            tokenizer,
+            out["heldout"]["prompt"],
+            out["heldout"]["answer"],
+            max_new_tokens=training_args.max_completion_length,
+        )
+        out["seconds"]["eval_before"] = out["before"]["seconds"]
+        logger.info(f"held-out accuracy before RL: {out['before']['accuracy']:.3f} (n={out['before']['n']})")
+    return out
+
+
+def finish_real_model(prepared: dict, trainer: DAPOTrainer, training_args: DAPOConfig, *, rl_seconds: float) -> dict:
+    """The held-out score after RL paired with the one before, the warm-up and the time split, for eval_summary.json."""
+    from dapo_trl.run.warmup import heldout_accuracy, paired_change
+
+    summary: dict = {"seconds": {**prepared["seconds"], "rl": rl_seconds}}
+    for key in ("warmup", "trainable_parameters"):
+        if key in prepared:
+            summary[key] = prepared[key]
+    if "before" in prepared:
+        heldout = prepared["heldout"]
+        after = heldout_accuracy(
+            trainer.model,
+            prepared["tokenizer"],
+            heldout["prompt"],
+            heldout["answer"],
+            max_new_tokens=training_args.max_completion_length,
+        )
+        summary["seconds"]["eval_after"] = after["seconds"]
+        summary["heldout"] = paired_change(prepared["before"], after)
+        summary["heldout_before"], summary["heldout_after"] = prepared["before"], after
+        logger.info(
+            "held-out accuracy {before:.3f} -> {after:.3f}: change {change:+.3f} (paired SE {paired_se:.3f}, "
+            "n={n})".format(**summary["heldout"])
+        )
+    summary["seconds"]["total"] = sum(summary["seconds"].values())
+    return summary  # finish() writes it to eval_summary.json
 
 
 def make_run_record(script_args: MathScriptArguments, training_args: DAPOConfig) -> RunRecord:

@@ -87,6 +87,13 @@ COVERED: dict[str, tuple[str, ...]] = {
     "OMP_NUM_THREADS=1 python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct": (
         "tests/test_real_model_benchmark.py::test_quick_run_on_the_real_model",
     ),
+    "OMP_NUM_THREADS=2 python examples/train_math.py --config configs/smollm2_cpu.yaml": (
+        "tests/test_real_model_recipe.py::test_smollm2_cpu_recipe_reduced_writes_the_paired_heldout_change",
+    ),
+    "OMP_NUM_THREADS=1 python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct --phase unit --rl-seed 0 "
+    "--arms grpo dapo dapo_savings dapo_eps02 dapo_no_ds": (
+        "tests/test_real_model_benchmark.py::test_unit_phase_appends_each_seed_once_in_the_issue_schema",
+    ),
     "OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick": (
         "tests/test_real_model_benchmark.py::test_quick_run_on_the_tiny_model_writes_the_table_and_counts_every_generated_token",
     ),

@@ -133,3 +133,50 @@ def test_quick_run_on_the_real_model(tmp_path):
     payload = json.loads((tmp_path / "real_model_quick.json").read_text())
     assert set(payload["summary"]) == {"dapo", "grpo"}
     assert payload["warmup"]["eval"]["mean_length"] > 0
+
+
+def test_unit_arms_change_only_their_mechanism(tmp_path):
+    bench = load_benchmark()
+    args = bench.parse_args(
+        ["--quick", "--model", str(tmp_path), "--phase", "unit", "--arms", "dapo", "--rl-seed", "3"]
+    )
+    configs = {arm: bench.arm_config(args, arm, str(tmp_path)) for arm in bench.UNIT_ARMS}
+    assert type(configs["grpo"]).__name__ == "GRPOConfig" and configs["dapo"].epsilon_high == 0.28
+    assert configs["dapo_eps02"].epsilon_high == 0.2 and configs["dapo_no_ds"].dynamic_sampling is False
+    assert configs["dapo_savings"].dynamic_sampling_carry_over and configs["dapo_savings"].dynamic_sampling_skip
+    assert not configs["dapo"].dynamic_sampling_carry_over and configs["dapo"].dynamic_sampling
+    assert {c.seed for c in configs.values()} == {3}  # the RL seed; data and warm-up keep --seed
+    with pytest.raises(SystemExit):  # the extra arms only run as units
+        bench.parse_args(["--quick", "--model", str(tmp_path), "--arms", "dapo_eps02"])
+
+
+def test_compare_seeds_pairs_arms_on_their_common_seeds():
+    bench = load_benchmark()
+
+    def seeds(*accuracies):
+        return {"seeds": [{"seed": s, "heldout_accuracy": a} for s, a in enumerate(accuracies)]}
+
+    rows = bench.compare_seeds({"grpo": seeds(0.30, 0.40, 0.35), "dapo": seeds(0.40, 0.40), "dapo_eps02": seeds(0.5)})
+    by_pair = {(r["a"], r["b"]): r for r in rows}
+    # dapo - grpo over seeds 0 and 1: differences -0.10 and 0.00 -> mean -0.05, SE 0.05
+    assert by_pair[("grpo", "dapo")]["mean_diff"] == pytest.approx(-0.05)
+    assert by_pair[("grpo", "dapo")]["paired_se"] == pytest.approx(0.05)
+    assert by_pair[("grpo", "dapo_eps02")]["paired_se"] is None  # one common seed
+
+
+@pytest.mark.integration
+def test_unit_phase_appends_each_seed_once_in_the_issue_schema(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--phase", "unit", "--arms", "grpo", "dapo_no_ds"]
+    cmd += ["--cache-dir", str(tmp_path / "cache"), "--results-dir", str(tmp_path)]
+    for _ in range(2):  # the second run finds both units done and skips them
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert "already in" in result.stderr
+    data = json.loads((tmp_path / "real_model_quick.json").read_text())
+    for arm in ("grpo", "dapo_no_ds"):
+        (seed,) = data["arms"][arm]["seeds"]
+        assert seed["seed"] == 0 and seed["heldout_n"] == 8 and seed["generated_tokens"] > 0
+        assert 0 <= seed["heldout_accuracy"] <= 1 and (Path(seed["model_dir"]) / "config.json").is_file()
+    assert set(data["warmup"]) >= {"heldout_accuracy", "model_dir"}
+    assert [(c["a"], c["b"]) for c in data["comparisons"]] == [("grpo", "dapo_no_ds")]
