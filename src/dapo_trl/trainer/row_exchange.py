@@ -121,7 +121,7 @@ def mask_padding(batch: dict, padding: torch.Tensor) -> dict:
     """Make the `padding` rows `(B,)` fully masked, as `batch.pad_rows` makes its copies: no loss, no token count."""
     if not bool(padding.any()):
         return batch
-    keep = ~padding.to(batch["completion_mask"].device)
+    keep = ~padding.to(next(iter(batch.values())).device)
     for key in ("completion_mask", "tool_mask", "advantages"):
         if key in batch:
             batch[key] = batch[key] * keep.view(-1, *[1] * (batch[key].dim() - 1)).to(batch[key].dtype)
