@@ -112,7 +112,11 @@ def mark_preparation(trainer) -> None:
 
     def marked(inputs):
         with record_function(PREPARATION):
-            return prepare(inputs)
+            out = prepare(inputs)
+        carry = getattr(trainer, "_carry", None) or {}
+        held = [v for v in (*out.values(), *carry.values()) if isinstance(v, torch.Tensor)]
+        trainer.rows_held = sum(v.numel() * v.element_size() for v in held)  # the batch this process keeps
+        return out
 
     trainer._generate_and_score_completions = marked
 
@@ -198,6 +202,7 @@ def measure(kind: str, rows: int, every: int, args: argparse.Namespace) -> dict:
     return {
         "peak": memory.peak_bytes,
         "preparation": memory.preparation_peak_bytes,
+        "rows": trainer.rows_held,
         "generated_rows": None if generated is None else generated * args.num_generations,
     }
 
@@ -228,7 +233,7 @@ def run_on(processes: int, args: argparse.Namespace) -> list[dict]:
     results = ranks[0]
     for i, result in enumerate(results):
         for kind in ("grpo", "dapo"):
-            for key in ("peak", "preparation"):
+            for key in ("peak", "preparation", "rows"):
                 result[kind][key] = max(rank[i][kind][key] for rank in ranks)
     return results
 
@@ -247,8 +252,8 @@ def format_table(results: list[dict], args: argparse.Namespace) -> str:
         f"num_generations={args.num_generations}, largest of any process:",
         "",
         "| processes | batch per process (completions) | informative every | rows generated (DAPO) | batch preparation: GRPO | DAPO | ratio | "
-        "whole step: GRPO | DAPO | ratio |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "whole step: GRPO | DAPO | ratio | batch rows kept: GRPO | DAPO | ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         grpo, dapo = r["grpo"], r["dapo"]
@@ -256,7 +261,8 @@ def format_table(results: list[dict], args: argparse.Namespace) -> str:
         lines.append(
             f"| {r.get('processes', 1)} | {r['rows']} | {r['every']} | {generated} | {grpo['preparation'] / 2**20:.2f} | "
             f"{dapo['preparation'] / 2**20:.2f} | {dapo['preparation'] / grpo['preparation']:.2f} | "
-            f"{grpo['peak'] / 2**20:.2f} | {dapo['peak'] / 2**20:.2f} | {dapo['peak'] / grpo['peak']:.2f} |"
+            f"{grpo['peak'] / 2**20:.2f} | {dapo['peak'] / 2**20:.2f} | {dapo['peak'] / grpo['peak']:.2f} | "
+            f"{grpo['rows'] / 2**20:.3f} | {dapo['rows'] / 2**20:.3f} | {dapo['rows'] / grpo['rows']:.2f} |"
         )
     equal = [r["dapo"]["peak"] / r["grpo"]["peak"] for r in results if r["every"] == 1]
     if equal:
