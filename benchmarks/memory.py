@@ -4,7 +4,10 @@ Dynamic sampling holds more than a plain TRL step: the rows of every round until
 informative rows it keeps, the carried groups, and the copies assembly makes while it selects, sorts and pads rows.
 This script measures what that costs. Both trainers get the same tiny model, data, seed and every `GRPOConfig`
 setting, with long-ish completions (no end-of-sequence token: every completion runs to `max_completion_length`, so
-the per-token tensors are as wide as they get). Every process's rows are its own (one process).
+the per-token tensors are as wide as they get). With `--processes P` (P > 1) the same run is started on P processes
+(`torchrun`, gloo on CPU), each with the same per-process batch, and the table shows the largest peak of any process:
+GRPOTrainer's does not grow with P, and neither should dynamic sampling's (each process receives only the rows it
+trains).
 
 The reward alternates +1/-1 along the rows of every group, so with `informative every 1` every group is informative
 and dynamic sampling needs one round of exactly the generation batch: the comparison is at equal rows generated and
@@ -20,13 +23,18 @@ Launch:
 ```
 OMP_NUM_THREADS=1 python benchmarks/memory.py            # batches of 16-128 completions of 256 tokens
 OMP_NUM_THREADS=1 python benchmarks/memory.py --quick    # one batch of 8 completions of 16 tokens
+OMP_NUM_THREADS=1 python benchmarks/memory.py --processes 1 2 4 --rows 128 --informative-every 1 3
 ```
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 
@@ -104,7 +112,11 @@ def mark_preparation(trainer) -> None:
 
     def marked(inputs):
         with record_function(PREPARATION):
-            return prepare(inputs)
+            out = prepare(inputs)
+        carry = getattr(trainer, "_carry", None) or {}
+        held = [v for v in (*out.values(), *carry.values()) if isinstance(v, torch.Tensor)]
+        trainer.rows_held = sum(v.numel() * v.element_size() for v in held)  # the batch this process keeps
+        return out
 
     trainer._generate_and_score_completions = marked
 
@@ -153,6 +165,7 @@ def settings(rows: int, args: argparse.Namespace, output_dir: str) -> dict:
         max_completion_length=args.max_completion_length,
         loss_type="dapo",
         beta=0.0,
+        ddp_find_unused_parameters=False,
     )
 
 
@@ -189,11 +202,12 @@ def measure(kind: str, rows: int, every: int, args: argparse.Namespace) -> dict:
     return {
         "peak": memory.peak_bytes,
         "preparation": memory.preparation_peak_bytes,
+        "rows": trainer.rows_held,
         "generated_rows": None if generated is None else generated * args.num_generations,
     }
 
 
-def run(args: argparse.Namespace) -> list[dict]:
+def run_here(args: argparse.Namespace) -> list[dict]:
     results = []
     for rows in args.rows:
         grpo = measure("GRPO", rows, 1, args)
@@ -203,22 +217,52 @@ def run(args: argparse.Namespace) -> list[dict]:
     return results
 
 
+def run_on(processes: int, args: argparse.Namespace) -> list[dict]:
+    """`run_here` on `processes` processes under torchrun; each figure is the largest of any process."""
+    with tempfile.TemporaryDirectory() as out, socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}", f"--master_port={port}"]
+        cmd += [os.path.abspath(__file__), "--worker-out", out, "--rows", *map(str, args.rows)]
+        cmd += ["--informative-every", *map(str, args.informative_every)]
+        cmd += ["--num-generations", str(args.num_generations)]
+        cmd += ["--max-completion-length", str(args.max_completion_length)]
+        subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(processes)]
+    results = ranks[0]
+    for i, result in enumerate(results):
+        for kind in ("grpo", "dapo"):
+            for key in ("peak", "preparation", "rows"):
+                result[kind][key] = max(rank[i][kind][key] for rank in ranks)
+    return results
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    results = []
+    for processes in args.processes:
+        for result in run_here(args) if processes == 1 else run_on(processes, args):
+            results.append({**result, "processes": processes})
+    return results
+
+
 def format_table(results: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"Peak tensor memory (MB) of one optimizer step, completions of {args.max_completion_length} tokens, "
-        f"num_generations={args.num_generations}, one process:",
+        f"num_generations={args.num_generations}, largest of any process:",
         "",
-        "| batch (completions) | informative every | rows generated (DAPO) | batch preparation: GRPO | DAPO | ratio | "
-        "whole step: GRPO | DAPO | ratio |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| processes | batch per process (completions) | informative every | rows generated (DAPO) | batch preparation: GRPO | DAPO | ratio | "
+        "whole step: GRPO | DAPO | ratio | batch rows kept: GRPO | DAPO | ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         grpo, dapo = r["grpo"], r["dapo"]
         generated = "-" if dapo["generated_rows"] is None else f"{dapo['generated_rows']:.0f}"
         lines.append(
-            f"| {r['rows']} | {r['every']} | {generated} | {grpo['preparation'] / 2**20:.2f} | "
+            f"| {r.get('processes', 1)} | {r['rows']} | {r['every']} | {generated} | {grpo['preparation'] / 2**20:.2f} | "
             f"{dapo['preparation'] / 2**20:.2f} | {dapo['preparation'] / grpo['preparation']:.2f} | "
-            f"{grpo['peak'] / 2**20:.2f} | {dapo['peak'] / 2**20:.2f} | {dapo['peak'] / grpo['peak']:.2f} |"
+            f"{grpo['peak'] / 2**20:.2f} | {dapo['peak'] / 2**20:.2f} | {dapo['peak'] / grpo['peak']:.2f} | "
+            f"{grpo['rows'] / 2**20:.3f} | {dapo['rows'] / 2**20:.3f} | {dapo['rows'] / grpo['rows']:.2f} |"
         )
     equal = [r["dapo"]["peak"] / r["grpo"]["peak"] for r in results if r["every"] == 1]
     if equal:
@@ -237,6 +281,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--informative-every", type=int, nargs="+", default=[1, 3], help="One informative group in k.")
     parser.add_argument("--num-generations", type=int, default=4, help="Completions per prompt (G).")
     parser.add_argument("--max-completion-length", type=int, default=256, help="Completion length in tokens.")
+    parser.add_argument("--processes", type=int, nargs="+", default=[1], help="Process counts to measure on.")
+    parser.add_argument("--worker-out", help=argparse.SUPPRESS)  # set by `run_on` for the processes it starts
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.informative_every, args.max_completion_length = [8], [1, 3], 16
@@ -246,6 +292,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     torch.manual_seed(0)
+    if args.worker_out:  # one of the processes `run_on` started
+        with quiet_logs():
+            results = run_here(args)
+        rank = int(os.environ.get("RANK", 0))
+        with open(os.path.join(args.worker_out, f"rank{rank}.json"), "w") as f:
+            json.dump(results, f)
+        return results
     with quiet_logs():  # warnings by design; levels restored after (tests run this in-process)
         results = run(args)
     print(format_table(results, args))

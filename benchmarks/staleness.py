@@ -56,12 +56,10 @@ class StalenessProbe(DAPOTrainer):
         self._probe_logps: torch.Tensor | None = None
 
     def _local_rows(self, batch: dict) -> dict:
-        local = super()._local_rows(batch)
-        rows = local["completion_ids"].size(0)
-        start = self.accelerator.process_index * rows
+        local = super()._local_rows(batch)  # `batch`: this process's rows
         carried = (batch["_group"] >= 0) & (batch["_group"] < self._carry_groups_before)
         staleness = torch.where(carried, self._policy_updates - batch["_sampled_at"], -1)
-        local[STALENESS_KEY] = staleness[start : start + rows]
+        local[STALENESS_KEY] = staleness
         return local
 
     def _assemble_batch(self, step):

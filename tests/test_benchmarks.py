@@ -262,12 +262,12 @@ def test_memory_quick_prints_the_side_by_side_table(capsys):
     memory = load_benchmark("memory")
     results = memory.main(["--quick"])
     out = capsys.readouterr().out
-    assert "| batch (completions) | informative every | rows generated (DAPO) |" in out
+    assert "| processes | batch per process (completions) | informative every | rows generated (DAPO) |" in out
     assert {r["every"] for r in results} == {1, 3}
     for r in results:
         for kind in ("grpo", "dapo"):
             assert 0 < r[kind]["preparation"] <= r[kind]["peak"], (kind, r)
-        assert f"| {r['rows']} | {r['every']} |" in out
+        assert f"| 1 | {r['rows']} | {r['every']} |" in out
     refill = next(r for r in results if r["every"] == 3)
     assert refill["dapo"]["generated_rows"] > refill["rows"]  # one group in three informative: refill rounds
     # Loose (tiny model, one process): catches a gross regression in what dynamic sampling keeps alive.

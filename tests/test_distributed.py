@@ -118,3 +118,32 @@ def test_two_processes_resumed_past_the_first_epoch_train_the_same_prompts(tmp_p
         assert len(full) == 6 and len(resumed) == 1
         assert not torch.equal(full[1], full[5]), "the test needs epochs in different orders"
         assert torch.equal(resumed[0], full[5])
+
+
+CARRY_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "carry_resume_run.py")
+
+
+def test_two_processes_resume_with_carried_rows_trains_the_same_batches(tmp_path):
+    def run(mode):
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+        cmd += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+        cmd += ["--main_process_port", str(free_port()), CARRY_SCRIPT, str(tmp_path), mode]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+        return [torch.load(tmp_path / f"{mode}_rank{r}.pt", weights_only=False) for r in range(2)]
+
+    full = run("full")
+    assert full[0]["world"] == 2, "accelerate started a single process"
+    checkpoint = tmp_path / "checkpoint-1"
+    carried = [torch.load(checkpoint / f"dapo_carry_rank{r}.pt", weights_only=True)["carry"] for r in range(2)]
+    assert any(c is not None for c in carried), "the scenario must carry groups over the checkpoint"
+    assert torch.load(checkpoint / "dapo_sampler_state.pt", weights_only=True)["carry"] is None  # never replicated
+    resumed = run("resume")
+    for rank in range(2):
+        expected, got = full[rank]["batches"][1:], resumed[rank]["batches"]
+        assert len(got) == len(expected) == 2
+        for want, have in zip(expected, got, strict=True):
+            assert want.keys() == have.keys()
+            for key in want:
+                torch.testing.assert_close(have[key], want[key], msg=f"rank {rank}, {key}")

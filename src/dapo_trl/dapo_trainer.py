@@ -88,6 +88,7 @@ SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
 SAMPLER_STATE_KEYS = ("stream", "planner", "carry", "carry_groups")  # what `load_sampler_state_dict` cannot do without
 BUFFER_STATE_KEYS = ("step", "processes", "buffer")
 BUFFER_STATE_NAME = "dapo_generation_buffer_rank{rank}.pt"
+CARRY_STATE_NAME = "dapo_carry_rank{rank}.pt"  # with several processes, each keeps the carried rows it holds
 
 
 class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
@@ -239,7 +240,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
 
         self._ds_target = args.generation_batch_size // self.num_generations
         self._round_penalty: torch.Tensor | None = None
-        self._carry: dict | None = None  # rows of carried groups, replicated on every process, group order
+        self._carry: dict | None = None  # this process's rows of carried groups (see trainer/row_exchange.py)
         self._carry_groups = 0
         self._carry_table: dict[int, list[dict]] = {}
         self._skip_policy: SkipPolicy | None = None
@@ -452,7 +453,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         return {
             "stream": self._prompts.state_dict(),
             "planner": self._planner.state_dict(),
-            "carry": {k: v.cpu() for k, v in self._carry.items()} if self._carry else None,
+            "carry": self._carry_state() if self.accelerator.num_processes == 1 else None,
+            "carry_processes": self.accelerator.num_processes,  # > 1: the rows are in CARRY_STATE_NAME files
             "carry_groups": self._carry_groups,
             "policy_updates": self._policy_updates,
             "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
@@ -472,7 +474,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._prompts.load_state_dict(state["stream"])
         self._planner.load_state_dict(state["planner"])
         device = self.accelerator.device
-        self._carry = {k: v.to(device) for k, v in state["carry"].items()} if state["carry"] else None
+        # Carried rows of the main file (one process, or an earlier version's copy on every process) stay on process 0.
+        main = state["carry"] if self.accelerator.is_main_process else None
+        self._carry = {k: v.to(device) for k, v in main.items()} if main else None
         self._carry_groups = int(state["carry_groups"])
         self._policy_updates = int(state.get("policy_updates", self.state.global_step))
         if self._carry is not None and "_sampled_at" not in self._carry:  # saved before carried rows were dated
@@ -953,6 +957,37 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             self._save_generation_buffer(folder)
             if self._ds_active and self.args.should_save:
                 torch.save(self.sampler_state_dict(), os.path.join(folder, SAMPLER_STATE_NAME))
+            if self._ds_active and self.accelerator.num_processes > 1:
+                os.makedirs(folder, exist_ok=True)
+                path = os.path.join(folder, CARRY_STATE_NAME.format(rank=self.accelerator.process_index))
+                torch.save({"carry": self._carry_state()}, path)
+
+    def _carry_state(self) -> dict | None:
+        return {k: v.cpu() for k, v in self._carry.items()} if self._carry else None
+
+    def _load_carry(self, checkpoint: str, processes: int) -> None:
+        """
+        This process's carried rows, saved by `processes` processes. With another process count, process 0 takes them
+        all in process order: the batch keeps the same rows in the same order (rows are ordered by group, then by
+        process), only which process sends them changes.
+        """
+        if processes == 1:
+            return  # in the main state file
+        rank = self.accelerator.process_index
+        ranks = [rank] if processes == self.accelerator.num_processes else (range(processes) if rank == 0 else [])
+        pieces = []
+        for r in ranks:
+            path = os.path.join(checkpoint, CARRY_STATE_NAME.format(rank=r))
+            if not os.path.exists(path):
+                raise FileNotFoundError(
+                    f"{path} is missing: the checkpoint was saved by {processes} processes, each with its own carried "
+                    "rows. Restore the file, or delete dapo_sampler_state.pt to resume without the sampler state."
+                )
+            carry = _load_state_file(path, ("carry",))["carry"]
+            if carry:
+                pieces.append(carry)
+        carry = _batch.concat_rows(pieces, pad_token_id=self._tokenizer.pad_token_id)
+        self._carry = {k: v.to(self.accelerator.device) for k, v in carry.items()} if carry else None
 
     def _save_generation_buffer(self, folder: str) -> None:
         """
@@ -980,7 +1015,9 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         if not os.path.exists(path):
             logger.warning(f"{path} not found: dynamic sampling restarts its prompt stream from the beginning.")
             return
-        self.load_sampler_state_dict(_load_state_file(path, SAMPLER_STATE_KEYS))
+        state = _load_state_file(path, SAMPLER_STATE_KEYS)
+        self.load_sampler_state_dict(state)
+        self._load_carry(checkpoint, int(state.get("carry_processes", 1)))
 
     def _load_generation_buffer(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, BUFFER_STATE_NAME.format(rank=self.accelerator.process_index))

@@ -26,6 +26,7 @@ from torch import nn
 from . import batch as _batch
 from .advantages import compute_advantages, nanstd
 from .metrics import merge_completion_metrics, merge_metric
+from .row_exchange import exchange_rows, mask_padding, plan_exchange
 from .sampling import SelectionPlan, classify_groups, round_up
 from .underfill import UnderfillFacts, group_spreads, single_value, underfill_cause, underfill_kind
 
@@ -103,6 +104,10 @@ class _Step:
     template: dict | None = None
 
 
+# One value (or one per reward) per row: gathered from every process to decide, log and compute advantages.
+_SMALL_KEYS = ("_group", "_value", "_rewards", "_penalty", "_sampled_at")
+
+
 class DynamicSamplingMixin:
     """The dynamic-sampling steps of [`DAPOTrainer`] (kept apart so each step reads on its own)."""
 
@@ -124,8 +129,8 @@ class DynamicSamplingMixin:
                 break  # no reward could score anything: more rounds would cost as much and find nothing
             if step.ended_constant:
                 break  # the filter reward gives every completion one value: more rounds cannot change that
-        batch, plan, missing = self._assemble_batch(step)
-        self._log_step(step, batch, plan, missing)
+        batch, facts, plan, missing = self._assemble_batch(step)
+        self._log_step(step, facts, plan, missing, local=batch)
         return self._local_rows(batch)
 
     def _filter_looks_constant(self) -> bool:
@@ -304,40 +309,82 @@ class DynamicSamplingMixin:
         step.all_wrong += int(classes.all_wrong.sum())
         step.mixed += int(classes.mixed.sum())
 
-    def _assemble_batch(self, step: _Step) -> tuple[dict, SelectionPlan, int]:
-        """The generation batch: carried and fresh groups chosen by the plan, on every process, padded to full size."""
+    def _assemble_batch(self, step: _Step) -> tuple[dict, dict, SelectionPlan, int]:
+        """
+        This process's slice of the generation batch (carried and fresh groups chosen by the plan, padded to full size)
+        and the small per-row facts of the whole batch (`_group`, `_rewards`, ..., `advantages`) for logging.
+
+        Every process keeps the rows it generated and the carried rows it holds; it receives only the rows it trains
+        (see `trainer/row_exchange.py`), so no process ever holds the whole batch.
+        """
         device, pad = self.accelerator.device, self._tokenizer.pad_token_id
+        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
         num_carried = step.num_carried
         plan, missing = self.plan_batch(num_carried=num_carried, num_fresh=step.num_fresh, target=self._ds_target)
         template = step.template if step.template is not None else (self._carry or self._empty_rows())
-        # Each step below keeps at most one copy of the rows alive besides its result (memory at large batches).
         fresh = _batch.concat_rows(step.pieces, pad_token_id=pad)
         step.pieces.clear()
         if fresh:
             fresh = _batch.keep_rows(fresh, torch.isin(fresh["_group"], _ids(plan.train + plan.carry, device)))
-        fresh = self._all_gather_rows(fresh, template)
         pool = _batch.concat_rows([b for b in (self._carry, fresh) if b], pad_token_id=pad)
         del fresh
-        train = carry = {}
-        if pool:
-            pool = _batch.sort_rows(pool, pool["_group"])
-            train = _batch.keep_rows(pool, torch.isin(pool["_group"], _ids(plan.train, device)))
-            carry = _batch.keep_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device))) if plan.carry else {}
+        pool = self._agreed_widths(pool or _batch.select_rows(template, torch.zeros(0, dtype=torch.long)))
+        meta = self._gather_small(pool)  # per process: this process's rows' small facts
+        exchange = plan_exchange([m["_group"] for m in meta], plan.train, self._ds_target * self.num_generations)
+        if exchange.filler is None:  # no process holds a row: pad with this process's own template row
+            per_process = len(exchange.sources[rank])
+            filler = _batch.select_rows(template, torch.zeros(1, dtype=torch.long))
+            train = _batch.pad_rows({}, per_process, template=filler, pad_token_id=pad)
+            rows = _batch.pad_rows({}, per_process * processes, template=filler, pad_token_id=pad)
+            facts = {k: v for k, v in rows.items() if k in _SMALL_KEYS or k == "advantages"}
+        else:
+            train = mask_padding(exchange_rows(pool, exchange, rank=rank, processes=processes), exchange.padding[rank])
+            sources, padding = torch.cat(exchange.sources), torch.cat(exchange.padding)
+            offsets = torch.tensor([0] + [len(m["_group"]) for m in meta]).cumsum(0)
+            index = (offsets[sources[:, 0]] + sources[:, 1]).to(device)
+            facts = {key: torch.cat([m[key] for m in meta])[index] for key in _SMALL_KEYS}
+            facts["advantages"] = torch.zeros(len(sources), device=device)
+            facts = mask_padding(facts, padding)
+        facts["advantages"] = self._batch_advantages(facts)
+        per_process = len(exchange.sources[rank])
+        train["advantages"] = facts["advantages"][rank * per_process : (rank + 1) * per_process].to(device)
+        is_carried = (facts["_group"] >= 0) & (facts["_group"] < num_carried)
+        self._mark_carried_rows(train, num_carried, anywhere=bool(is_carried.any()))
         table = {**self._carry_table, **step.table}
         step.trained_table = {g: table[g] for g in plan.train if g in table}
-        if plan.carry:  # renumber carried groups 0..k-1 for the next step
+        if plan.carry:  # renumber carried groups 0..k-1 for the next step; each process keeps the ones it holds
+            carry = _batch.keep_rows(pool, torch.isin(pool["_group"], _ids(plan.carry, device)))
             carry["_group"] = torch.searchsorted(_ids(plan.carry, device), carry["_group"])
-            self._carry, self._carry_groups = carry, len(plan.carry)
+            self._carry = carry if carry["_group"].numel() else None
+            self._carry_groups = len(plan.carry)
             self._carry_table = {i: table[g] for i, g in enumerate(sorted(plan.carry)) if g in table}
         else:
             self._carry, self._carry_groups, self._carry_table = None, 0, {}
-        filler = next(b for b in (train, pool, template) if b and b["completion_ids"].size(0))
-        filler = _batch.select_rows(filler, torch.zeros(1, dtype=torch.long))
-        del pool
-        train = _batch.pad_rows(train, self._ds_target * self.num_generations, template=filler, pad_token_id=pad)
-        train["advantages"] = self._batch_advantages(train)
-        self._mark_carried_rows(train, num_carried)
-        return train, plan, missing
+        return train, facts, plan, missing
+
+    def _agreed_widths(self, rows: dict) -> dict:
+        """`rows` with every per-token tensor padded to the widest of any process (a collective)."""
+        widths = _batch.widths(rows)
+        if self.accelerator.num_processes > 1:
+            device = self.accelerator.device
+            widths = {
+                key: int(self.accelerator.gather(torch.tensor([w], device=device)).max())
+                for key, w in sorted(widths.items())
+            }
+        return _batch.pad_to(rows, widths, 0, pad_token_id=self._tokenizer.pad_token_id)
+
+    def _gather_small(self, rows: dict) -> list[dict]:
+        """The small per-row facts (`_SMALL_KEYS`) of every process's rows, one dict per process (a collective)."""
+        small = {key: rows[key] for key in _SMALL_KEYS}
+        processes = self.accelerator.num_processes
+        if processes == 1:
+            return [small]
+        device = self.accelerator.device
+        counts = self.accelerator.gather(torch.tensor([rows["_group"].size(0)], device=device)).tolist()
+        most = max(max(counts), 1)  # one padding row at least: a split of size 0 is not allowed
+        padded = _batch.pad_to(small, {}, most, pad_token_id=self._tokenizer.pad_token_id)
+        gathered = {key: self.accelerator.gather(padded[key]).split(most) for key in _SMALL_KEYS}
+        return [{key: gathered[key][p][:n] for key in _SMALL_KEYS} for p, n in enumerate(counts)]
 
     def _batch_advantages(self, batch: dict) -> torch.Tensor:
         """Advantages over the trained rows (groups complete and contiguous; padding rows get 0)."""
@@ -354,7 +401,7 @@ class DynamicSamplingMixin:
             ).advantages.to(advantages)
         return advantages
 
-    def _mark_carried_rows(self, batch: dict, num_carried: int) -> None:
+    def _mark_carried_rows(self, batch: dict, num_carried: int, *, anywhere: bool | None = None) -> None:
         """
         Give carried rows the log-probabilities of the policy that sampled them. Fresh rows keep TRL's exact on-policy
         ratio: in TRL's aligned case their `old_per_token_logps` are filled from the loss forward itself (see
@@ -364,18 +411,13 @@ class DynamicSamplingMixin:
         if carried is None or "old_per_token_logps" in batch:
             return
         is_carried = (batch["_group"] >= 0) & (batch["_group"] < num_carried)
-        if not is_carried.any():
+        if not (is_carried.any() if anywhere is None else anywhere):  # every process decides alike
             return
         batch["old_per_token_logps"] = torch.where(is_carried.unsqueeze(1), carried, torch.zeros_like(carried))
         batch[_batch.ON_POLICY_KEY] = ~is_carried
 
     def _local_rows(self, batch: dict) -> dict:
-        """This process's equal slice of the assembled batch, with the exact token count of the whole batch."""
-        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
-        if processes > 1:
-            per_process = batch["completion_ids"].size(0) // processes
-            index = torch.arange(rank * per_process, (rank + 1) * per_process, device=self.accelerator.device)
-            batch = _batch.select_rows(batch, index)
+        """This process's rows in TRL's format, with the exact token count of the whole batch."""
         local = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor) and not k.startswith("_")}
         local["num_items_in_batch"] = self.accelerator.gather(_batch.loss_mask(local).sum()).sum()
         return local
@@ -421,31 +463,16 @@ class DynamicSamplingMixin:
         )
         return logps
 
-    def _all_gather_rows(self, batch: dict, template: dict) -> dict:
-        """Every process's rows, in process order, on every process (a collective: all processes must call it)."""
-        processes = self.accelerator.num_processes
-        if processes == 1:
-            return batch
-        device = self.accelerator.device
-        shape_source = batch or _batch.select_rows(template, torch.zeros(0, dtype=torch.long))
-        local_rows = shape_source["_group"].size(0)
-        rows = self.accelerator.gather(torch.tensor([local_rows], device=device))  # (P,)
-        key_widths = {
-            key: int(self.accelerator.gather(torch.tensor([w], device=device)).max())
-            for key, w in sorted(_batch.widths(shape_source).items())
-        }
-        padded = _batch.pad_to(shape_source, key_widths, int(rows.max()), pad_token_id=self._tokenizer.pad_token_id)
-        gathered = {key: self.accelerator.gather(padded[key]) for key in sorted(padded)}
-        valid = torch.cat([torch.arange(int(rows.max()), device=device) < n for n in rows.tolist()])
-        return _batch.select_rows(gathered, valid) if valid.any() else {}
-
     # ------------------------------------------------------------------ dynamic sampling: logging
 
     def _metric_marks(self) -> dict[str, int]:
         return {key: len(values) for key, values in self._metrics["train"].items()}
 
-    def _log_step(self, step: _Step, batch: dict, plan: SelectionPlan, missing: int) -> None:
-        """Every metric of the generation batch, once, over a stated population (see docs/metrics.md)."""
+    def _log_step(self, step: _Step, batch: dict, plan: SelectionPlan, missing: int, *, local: dict) -> None:
+        """
+        Every metric of the generation batch, once, over a stated population (see docs/metrics.md). `batch` holds the
+        small per-row facts of the whole batch, `local` this process's rows.
+        """
         self._merge_call_metrics(step)
         if step.rewards:
             rewards, lengths = torch.cat(step.rewards), torch.cat(step.lengths)
@@ -484,7 +511,7 @@ class DynamicSamplingMixin:
         if self._skip_policy is not None:
             stats.update(self._skip_policy.metrics())
         self.log_dynamic_sampling(stats)
-        self._log_importance_sampling(batch, replicated=True)
+        self._log_importance_sampling(local)
         self._replace_table(step, batch)
 
     def _total_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
