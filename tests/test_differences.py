@@ -260,3 +260,21 @@ def test_difference_16_signals_save_and_stop_instead_of_interrupting(tmp_path):
         trainer.train()
         assert (SeeHandlers.seen.pop() is not signal.default_int_handler) is handling
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "restored after train()"
+
+
+def test_difference_17_sequence_level_clip_ratios_are_trls_without_dynamic_sampling(tmp_path, monkeypatch):
+    recomputed = []
+    original = DAPOTrainer._fix_sequence_clip_metrics
+
+    def spy(self, inputs, logps):
+        recomputed.append(self._ds_active)
+        return original(self, inputs, logps)
+
+    monkeypatch.setattr(DAPOTrainer, "_fix_sequence_clip_metrics", spy)
+    for dynamic in (False, True):
+        trainer = tiny_trainer(
+            tmp_path / str(dynamic), max_steps=1, importance_sampling_level="sequence", dynamic_sampling=dynamic
+        )
+        trainer.train()
+        assert "clip_ratio/region_mean" in trainer.state.log_history[0]
+    assert recomputed and all(recomputed), "recomputed only with dynamic sampling (no padding rows without it)"

@@ -904,7 +904,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             self._loss_inputs = None
         if self._loss_logps is not None:
             self._log_token_probs(inputs, self._loss_logps)
-            if self.importance_sampling_level == "sequence":
+            if self.importance_sampling_level == "sequence" and self._ds_active:
                 self._fix_sequence_clip_metrics(inputs, self._loss_logps)
             self._loss_logps = None
         return loss
@@ -922,7 +922,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
     def _fix_sequence_clip_metrics(self, inputs: dict, logps: torch.Tensor) -> None:
         """
         With `importance_sampling_level="sequence"` TRL averages `clip_ratio/*` over rows, so the fully masked rows that
-        pad an underfilled batch would dilute them: recompute them over rows with at least one loss token.
+        pad an underfilled batch would dilute them: recompute them over rows with at least one loss token. Only with
+        dynamic sampling (the only source of padding rows); without it TRL's values stand (docs/differences.md, 17).
         """
         if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
             return
