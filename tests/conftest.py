@@ -16,6 +16,17 @@ def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", default=False, help="run tests marked slow")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With `DAPO_TRL_FAIL_ON_SKIP=1` (`make test-vllm`, CI's vllm tier) a skipped test fails, with its skip reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("DAPO_TRL_FAIL_ON_SKIP") == "1" and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped while DAPO_TRL_FAIL_ON_SKIP=1 (every test of this tier must run): {reason}"
+
+
 def pytest_collection_modifyitems(config, items):
     skip_slow = pytest.mark.skip(reason="slow: pass --run-slow")
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")

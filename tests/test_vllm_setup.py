@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -68,3 +70,22 @@ def test_sleep_mode_on_cpu_is_refused(tmp_path, monkeypatch):
     args = DAPOConfig(str(tmp_path), use_cpu=True, bf16=False, use_vllm=True, vllm_enable_sleep_mode=True)
     with pytest.raises(ValueError, match="vllm_enable_sleep_mode"):
         vllm_colocate.prepare_vllm(args)
+
+
+def test_the_vllm_tier_fails_on_a_skip(tmp_path):
+    """`make test-vllm` and CI set DAPO_TRL_FAIL_ON_SKIP=1: a tier whose engine is missing must not pass by skipping."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_tier.py").write_text(
+        "import pytest\n\ndef test_engine():\n    pytest.skip('vLLM not installed')\n"
+    )
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": str(tests)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tmp_path)]
+    for flag, code, word in (("0", 0, "1 skipped"), ("1", 1, "1 failed")):
+        done = subprocess.run(
+            command, cwd=tmp_path, env={**env, "DAPO_TRL_FAIL_ON_SKIP": flag}, capture_output=True, text=True
+        )
+        assert done.returncode == code and word in done.stdout, done.stdout[-2000:]
+    assert "vLLM not installed" in done.stdout

