@@ -133,13 +133,16 @@ def step_time(folder: str, use_vllm: bool, steps: int, max_tokens: int) -> float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--model", default=os.environ.get("DAPO_TRL_SMOLLM2"), required="DAPO_TRL_SMOLLM2" not in os.environ
+        "--model",
+        default=os.environ.get("DAPO_TRL_SMOLLM2"),
+        required="DAPO_TRL_SMOLLM2" not in os.environ,
+        help="SmolLM2-135M-Instruct folder (scripts/get_smollm2.py), or $DAPO_TRL_SMOLLM2",
     )
-    parser.add_argument("--completions", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--step-tokens", type=int, default=64)
-    parser.add_argument("--skip-steps", action="store_true")
+    parser.add_argument("--completions", type=int, default=64, help="completions generated per engine")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per completion (EOS ignored)")
+    parser.add_argument("--steps", type=int, default=2, help="DAPO optimizer steps timed per arm (vLLM on / off)")
+    parser.add_argument("--step-tokens", type=int, default=64, help="max_completion_length of the timed steps")
+    parser.add_argument("--skip-steps", action="store_true", help="measure generation only, no DAPO steps")
     options = parser.parse_args()
 
     vllm_rate, hf_rate = generation_speed(options.model, options.completions, options.max_tokens)

@@ -39,6 +39,16 @@ COVERED: dict[str, tuple[str, ...]] = {
         "tests/test_train_math.py::test_cpu_demo_learns",
     ),
     "make test": (".ci/run",),
+    # docs/vllm.md, docs/benchmarks.md: the vllm tier's environment and tests (.ci/run), the recipe and benchmark on it
+    "make vllm-env": (".ci/run",),
+    "make test-vllm": (".ci/run",),
+    "VLLM_CPU_OMP_THREADS_BIND=0-1 VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_CI_ENV=1 "
+    ".venv-vllm/bin/python examples/train_math.py --config configs/smollm2_cpu.yaml --use_vllm true "
+    "--vllm_mode colocate": (
+        "tests/test_vllm.py::test_the_smollm2_recipe_trains_through_vllm_from_the_warmed_up_weights",
+    ),
+    ".venv-vllm/bin/python benchmarks/vllm_speed.py --model /path/to/SmolLM2-135M-Instruct --completions 32 "
+    "--max-tokens 64 --steps 1 --step-tokens 32": ("tests/test_vllm.py::test_the_speed_benchmark_prints_both_ratios",),
     "python -m dapo_trl.evaluation --model outputs/cpu-demo --dataset outputs/cpu-demo/heldout.jsonl": (
         "tests/test_train_math.py::test_demo_run_is_reproduced_by_the_evaluation_cli",
         "tests/test_train_math.py::test_cpu_demo_learns",

@@ -131,3 +131,54 @@ def test_a_model_vllm_cannot_load_is_named(tmp_path):
     done = run(tmp_path, "--steps", "1", "--unsaved-model", check=False)
     assert done.returncode != 0
     assert "vLLM could not load the model" in done.stderr and "never-saved" in done.stderr, done.stderr[-3000:]
+
+
+ENGINE_ON_2_CORES = {  # docs/vllm.md, "Engine settings on a small CPU machine"
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_CI_ENV": "1",
+}
+
+
+def run_documented(tmp_path: Path, *command: str, timeout: int = 900) -> str:
+    env = {**os.environ, **ENGINE_ON_2_CORES, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done.stdout + done.stderr
+
+
+def test_the_smollm2_recipe_trains_through_vllm_from_the_warmed_up_weights(tmp_path, smollm2_dir):
+    """docs/vllm.md's training line, reduced: format warm-up, then DAPO steps with the engine serving those weights."""
+    out = tmp_path / "run"
+    run_documented(
+        tmp_path,
+        "examples/train_math.py",
+        "--config",
+        "configs/smollm2_cpu.yaml",
+        "--use_vllm",
+        "true",
+        "--vllm_mode",
+        "colocate",
+        *("--model_name_or_path", str(smollm2_dir), "--output_dir", str(out)),
+        *("--sft_steps", "2", "--max_steps", "1", "--eval_before_rl", "false", "--logging_steps", "1"),
+        *("--per_device_train_batch_size", "16", "--recipe_completions_per_update", "16"),
+    )
+    logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [h for h in logs if "loss" in h]
+    assert steps and steps[0]["vllm/weight_syncs"] == 1.0
+    # the first generation already came from the warmed-up weights: vLLM's and the trainer's log-probs agree
+    assert steps[0]["sampling/sampling_logp_difference/max"] <= 1e-3, steps[0]
+
+
+def test_the_speed_benchmark_prints_both_ratios(tmp_path, smollm2_dir):
+    """docs/benchmarks.md's vllm_speed.py line at small sizes: tokens/s and step time, vLLM against transformers."""
+    printed = run_documented(
+        tmp_path,
+        "benchmarks/vllm_speed.py",
+        *("--model", str(smollm2_dir), "--completions", "8", "--max-tokens", "16", "--steps", "1"),
+        *("--step-tokens", "16"),
+    )
+    assert "transformers generate" in printed and "the vLLM step takes" in printed, printed[-3000:]
