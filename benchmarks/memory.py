@@ -360,7 +360,7 @@ def format_table(results: list[dict], args: argparse.Namespace) -> str:
         f"Tensor memory (MB) of one optimizer step, completions of {args.max_completion_length} tokens, "
         f"num_generations={args.num_generations}, largest of any process:",
         "",
-        "| processes | batch per process (completions) | informative every | rows generated (DAPO) | "
+        "| processes | batch per process (completions) | informative every | rows generated (DAPO, all processes) | "
         "rows held: GRPO | DAPO | ratio | assembly peak: GRPO | DAPO | ratio | "
         f"batch preparation: GRPO | DAPO | ratio | whole step: GRPO | DAPO | ratio{before} |",
         "|" + "---:|" * (16 + 4 * bool(args.before)),

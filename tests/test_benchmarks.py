@@ -275,7 +275,10 @@ def test_memory_quick_prints_the_side_by_side_table(capsys):
     memory = load_benchmark("memory")
     results = memory.main(["--quick"])
     out = capsys.readouterr().out
-    assert "| processes | batch per process (completions) | informative every | rows generated (DAPO) |" in out
+    assert (
+        "| processes | batch per process (completions) | informative every | rows generated (DAPO, all processes) |"
+        in out
+    )
     assert {r["every"] for r in results} == {1, 3}
     for r in results:
         for kind in ("grpo", "dapo"):
