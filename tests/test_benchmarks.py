@@ -257,16 +257,33 @@ def test_memory_peak_follows_allocations_and_frees_in_time_order():
     assert memory.peak_allocated(changes, window=(1, 2)) == 8
 
 
+def test_memory_assembly_window_starts_after_the_last_generation_inside_the_preparation():
+    memory = load_benchmark("memory")
+    assert memory.after_last([5, 12, 15, 30], (10, 20)) == (15, 20)  # generations before and after it ignored
+    assert memory.after_last([30], (10, 20)) == (10, 20)
+
+
+def test_memory_rows_held_counts_each_storage_once():
+    memory = load_benchmark("memory")
+    ids = torch.zeros(4, 8, dtype=torch.long)  # 256 bytes
+    batch = {"completion_ids": ids, "view": ids[:2], "advantages": torch.zeros(4)}  # a view shares ids' storage
+    assert memory.tensor_bytes((batch, "plan", 3), None, [torch.zeros(2, dtype=torch.float64)]) == 256 + 16 + 16
+
+
 @pytest.mark.integration
 def test_memory_quick_prints_the_side_by_side_table(capsys):
     memory = load_benchmark("memory")
     results = memory.main(["--quick"])
     out = capsys.readouterr().out
-    assert "| processes | batch per process (completions) | informative every | rows generated (DAPO) |" in out
+    assert (
+        "| processes | batch per process (completions) | informative every | rows generated (DAPO, all processes) |"
+        in out
+    )
     assert {r["every"] for r in results} == {1, 3}
     for r in results:
         for kind in ("grpo", "dapo"):
             assert 0 < r[kind]["preparation"] <= r[kind]["peak"], (kind, r)
+            assert 0 < r[kind]["rows"] <= r[kind]["assembly"] <= r[kind]["peak"], (kind, r)
         assert f"| 1 | {r['rows']} | {r['every']} |" in out
     refill = next(r for r in results if r["every"] == 3)
     assert refill["dapo"]["generated_rows"] > refill["rows"]  # one group in three informative: refill rounds
