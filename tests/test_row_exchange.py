@@ -93,3 +93,30 @@ def test_two_processes_receive_exactly_their_slice(tmp_path):
         assert rows["completion_mask"][~real].sum() == 0 and rows["advantages"][~real].sum() == 0
         assert set(rows["_group"][real].tolist()) <= {0, 1}  # the carried group 2 stayed where it was
     assert _batch.widths({"completion_ids": rows["completion_ids"]}) == {"completion_ids": 3}
+
+
+def test_the_last_rounds_rows_are_freed_before_the_batch_is_assembled(tmp_path):
+    """Assembly copies the kept rows: the round they came from must not be alive beside the copies (memory peak)."""
+    import gc
+    import weakref
+
+    from _tiny import tiny_trainer
+
+    from dapo_trl import DAPOTrainer
+
+    class Spy(DAPOTrainer):
+        rounds: list = []
+        alive_at_assembly: list = []
+
+        def _generate_and_score_round(self, indices, rows):
+            scored = super()._generate_and_score_round(indices, rows)
+            self.rounds.append(weakref.ref(scored.local["completion_ids"]))
+            return scored
+
+        def _assemble_batch(self, step):
+            gc.collect()
+            self.alive_at_assembly.append(self.rounds[-1]() is not None)
+            return super()._assemble_batch(step)
+
+    tiny_trainer(tmp_path, cls=Spy, max_steps=2).train()
+    assert Spy.alive_at_assembly == [False, False]

@@ -129,6 +129,7 @@ class DynamicSamplingMixin:
                 break  # no reward could score anything: more rounds would cost as much and find nothing
             if step.ended_constant:
                 break  # the filter reward gives every completion one value: more rounds cannot change that
+        scored = None  # the last round's rows: the kept ones are in `step`; freed before assembly copies those
         batch, facts, plan, missing = self._assemble_batch(step)
         self._log_step(step, facts, plan, missing, local=batch)
         return self._local_rows(batch)
