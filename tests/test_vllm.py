@@ -163,7 +163,7 @@ def test_the_smollm2_recipe_trains_through_vllm_from_the_warmed_up_weights(tmp_p
         "--vllm_mode",
         "colocate",
         *("--model_name_or_path", str(smollm2_dir), "--output_dir", str(out)),
-        *("--sft_steps", "2", "--max_steps", "1", "--eval_before_rl", "false", "--logging_steps", "1"),
+        *("--sft_steps", "2", "--max_steps", "1", "--eval_max_samples", "4", "--logging_steps", "1"),
         *("--per_device_train_batch_size", "16", "--recipe_completions_per_update", "16"),
     )
     logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -171,6 +171,8 @@ def test_the_smollm2_recipe_trains_through_vllm_from_the_warmed_up_weights(tmp_p
     assert steps and steps[0]["vllm/weight_syncs"] == 1.0
     # the first generation already came from the warmed-up weights: vLLM's and the trainer's log-probs agree
     assert steps[0]["sampling/sampling_logp_difference/max"] <= 1e-3, steps[0]
+    summary = json.loads((out / "eval_summary.json").read_text())
+    assert summary["heldout"]["n"] == 4 and summary["seconds"]["rl"] > 0
 
 
 def test_the_speed_benchmark_prints_both_ratios(tmp_path, smollm2_dir):
