@@ -163,8 +163,9 @@ def test_the_smollm2_recipe_trains_through_vllm_from_the_warmed_up_weights(tmp_p
         "--vllm_mode",
         "colocate",
         *("--model_name_or_path", str(smollm2_dir), "--output_dir", str(out)),
-        *("--sft_steps", "2", "--max_steps", "1", "--eval_max_samples", "4", "--logging_steps", "1"),
+        *("--sft_steps", "1", "--max_steps", "1", "--eval_max_samples", "4", "--logging_steps", "1"),
         *("--per_device_train_batch_size", "16", "--recipe_completions_per_update", "16"),
+        *("--max_completion_length", "16", "--overlong_buffer_len", "4", "--dynamic_sampling_max_rounds", "1"),
     )
     logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [h for h in logs if "loss" in h]
@@ -180,7 +181,7 @@ def test_the_speed_benchmark_prints_both_ratios(tmp_path, smollm2_dir):
     printed = run_documented(
         tmp_path,
         "benchmarks/vllm_speed.py",
-        *("--model", str(smollm2_dir), "--completions", "8", "--max-tokens", "16", "--steps", "1"),
-        *("--step-tokens", "16"),
+        *("--model", str(smollm2_dir), "--completions", "4", "--max-tokens", "8", "--steps", "1"),
+        *("--step-tokens", "8"),
     )
     assert "transformers generate" in printed and "the vLLM step takes" in printed, printed[-3000:]
