@@ -91,8 +91,10 @@ def test_every_file_is_written_by_one_node_only(two_nodes):
     node0, node1 = (written_paths(base / f"trace{r}", out) for r in range(2))
     assert node0, "the trace saw no write at all: is strace following the launcher's children?"
     assert not node0 & node1, f"written by both nodes: {sorted(node0 & node1)}"
-    # The second node writes only its own RNG state into each checkpoint, before the first node publishes it.
-    assert node1 == {f"{out}/_partial-checkpoint-{s}/checkpoint-{s}/rng_state_1.pth" for s in (2, 4)}, sorted(node1)
+    # The second node writes only its own RNG state and its own carried rows into each checkpoint, before the first
+    # node publishes it.
+    own = ("rng_state_1.pth", "dapo_carry_rank1.pt")
+    assert node1 == {f"{out}/_partial-checkpoint-{s}/checkpoint-{s}/{f}" for s in (2, 4) for f in own}, sorted(node1)
     for name in ("metrics.jsonl", "eval_summary.json", "training_curves.png", "model.safetensors"):
         assert any(p.startswith(f"{out}/{name}") or p.startswith(f"{out}/.tmp") for p in node0), name
 
