@@ -357,6 +357,12 @@ def freeze_below(model: Any, train_layers: int) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def warmup_two_step(args: argparse.Namespace) -> float:
+    """The warm-up's share of two-step problems (`--warmup-two-step`, default: `--two-step`, RL's share)."""
+    share = getattr(args, "warmup_two_step", None)
+    return args.two_step if share is None else share
+
+
 def warmup_key(args: argparse.Namespace) -> str:
     fields = (
         args.model,
@@ -365,7 +371,7 @@ def warmup_key(args: argparse.Namespace) -> str:
         args.sft_steps,
         args.sft_batch_size,
         args.sft_lr,
-        args.two_step,
+        warmup_two_step(args),
         args.train_layers,
     )
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:10]
@@ -382,7 +388,7 @@ def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
         return str(folder), json.loads(record.read_text())
     torch.manual_seed(args.seed)
     model, tokenizer = load(args.model, train_layers=args.train_layers)
-    train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
+    train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=warmup_two_step(args))
     texts, _ = encode_prompts(tokenizer, train_set["prompt"])
     started = time.perf_counter()
     losses = warmup_sft(
@@ -408,7 +414,7 @@ def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
 
 
 def eval_key(args: argparse.Namespace) -> str:
-    fields = (args.test_size, args.eval_samples, args.max_completion_length)
+    fields = (args.test_size, args.eval_samples, args.max_completion_length, args.two_step)
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:8]
 
 
@@ -904,7 +910,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the warm-up and the arms")
     p.add_argument("--train-size", type=int, default=2000, help="training problems")
     p.add_argument("--test-size", type=int, default=200, help="held-out problems")
-    p.add_argument("--two-step", type=float, default=0.6, help="share of two-step problems")
+    p.add_argument("--two-step", type=float, default=0.6, help="share of two-step problems (RL and held-out)")
+    p.add_argument(
+        "--warmup-two-step",
+        type=float,
+        default=None,
+        help="the warm-up's share of two-step problems (default: --two-step)",
+    )
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps")
     p.add_argument("--sft-batch-size", type=int, default=8, help="warm-up batch size")
     p.add_argument("--sft-lr", type=float, default=5e-5, help="warm-up learning rate")
