@@ -629,6 +629,8 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str
         )
         trainer.remove_callback(PrinterCallback)
         trainer.train()
+    record["history"] = history()  # the last step is logged after the callback that evaluated it
+    path.write_text(json.dumps(record))
     if model_dir is not None:  # a plain transformers folder, to be scored again
         trainer.model.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
