@@ -929,9 +929,11 @@ def over_seeds(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, se if len(values) > 1 else None
 
 
-def summarize_units(data: dict, records: dict[str, list[dict]]) -> dict:
+def summarize_units(data: dict, records: dict[str, list[dict]], warm_correct: Sequence[float] | None = None) -> dict:
     """Per arm: held-out accuracy, tokens, steps and time as mean and SE over seeds, the change against the warmed-up
-    model, the paired difference from naive GRPO over common seeds, and the mechanisms' per-step means."""
+    model (with `warm_correct`, the warmed-up model's per-problem results, also its paired SE over the held-out
+    problems, each problem's result averaged over seeds), the paired difference from naive GRPO over common seeds,
+    and the mechanisms' per-step means."""
     warm = data["warmup"]["heldout_accuracy"]
     grpo = {s["seed"]: s["heldout_accuracy"] for s in data["arms"].get("grpo", {}).get("seeds", [])}
     out = {}
@@ -957,6 +959,9 @@ def summarize_units(data: dict, records: dict[str, list[dict]]) -> dict:
             row[key] = mean_of([h for r in records.get(arm, []) for h in r.get("history", [])], key)
         finals = [r["curve"][-1] for r in records.get(arm, []) if r.get("curve")]
         row["heldout_mean_length"] = mean_of(finals, "mean_length")
+        if warm_correct is not None and finals:
+            per_problem = [sum(column) / len(finals) for column in zip(*(f["correct"] for f in finals), strict=True)]
+            row["change_vs_warmup_problems"] = paired_difference(per_problem, warm_correct)
         out[arm] = row
     return out
 
@@ -979,14 +984,15 @@ def format_units_table(args: argparse.Namespace, data: dict, summary: dict) -> s
         f"Budget: {args.budget_tokens:,} generated tokens per unit (every token generated for training). Warmed-up "
         f"model: {warm:.3f}. Mean (SE over seeds); vs GRPO is the paired difference over common seeds.",
         "",
-        "| arm | seeds | held-out accuracy | per seed | change vs warm-up | vs naive GRPO | gen. tokens | "
-        "opt. steps | minutes per unit |",
-        "|---|---|---|---|---|---|---:|---:|---:|",
+        "| arm | seeds | held-out accuracy | per seed | change vs warm-up | paired SE over problems | vs naive GRPO | "
+        "gen. tokens | opt. steps | minutes per unit |",
+        "|---|---|---|---|---|---:|---|---:|---:|---:|",
     ]
     for arm, row in summary.items():
         lines.append(
             f"| {ARM_NAMES[arm]} | {len(row['seeds'])} | {_pm(row['accuracy'])} | "
             f"{' / '.join(f'{a:.3f}' for a in row['accuracy_by_seed'])} | {_pm(row['change_vs_warmup'], signed=True)} | "
+            f"{_fmt((row.get('change_vs_warmup_problems') or (None, None))[1])} | "
             f"{_pm(row.get('vs_grpo'), signed=True)} | {row['generated_tokens']:,.0f} | {row['optimizer_steps']:.1f} | "
             f"{row['minutes']:.1f} |"
         )
@@ -1076,7 +1082,9 @@ def report_units(args: argparse.Namespace) -> dict:
     path = out_dir / ("real_model_quick.json" if args.quick else "real_model.json")
     data = json.loads(path.read_text())
     records = unit_records(args, data["arms"])
-    summary = summarize_units(data, records)
+    warm_eval = Path(data["warmup"]["model_dir"]) / f"eval-{eval_key(args)}.json"
+    warm_correct = json.loads(warm_eval.read_text())["correct"] if warm_eval.exists() else None
+    summary = summarize_units(data, records, warm_correct)
     table = format_units_table(args, data, summary)
     stem = "real_model_quick" if args.quick else "real_model"
     (out_dir / f"{stem}_units.md").write_text(table)

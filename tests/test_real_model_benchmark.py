@@ -196,8 +196,15 @@ def test_report_over_seeds_pairs_with_grpo_and_reads_the_mechanisms_per_step(tmp
     data = {"warmup": {"heldout_accuracy": 0.3}, "arms": {"grpo": seeds(0.4, 0.5, 0.6), "dapo": seeds(0.5, 0.5, 0.9)}}
     grpo_history = [{"step": 1, "frac_reward_zero_std": 0.25, "entropy": 0.2}, {"step": 2, "entropy": 0.4}]
     dapo_history = [{"step": 1, "dynamic_sampling/informative_frac": 0.6, "frac_reward_zero_std": 0.0}]
-    records = {"grpo": [{"history": grpo_history}], "dapo": [{"history": dapo_history}]}
-    summary = bench.summarize_units(data, records)
+    grpo_curves = [[{"correct": [1.0, 1.0, 0.0, 0.0], "mean_length": 10}], [{"correct": [1.0, 0.0, 0.0, 0.0]}]]
+    records = {
+        "grpo": [{"history": grpo_history, "curve": grpo_curves[0]}, {"curve": grpo_curves[1]}],
+        "dapo": [{"history": dapo_history}],
+    }
+    summary = bench.summarize_units(data, records, warm_correct=[0.0, 0.0, 0.0, 1.0])
+    # each problem averaged over seeds (1, 0.5, 0, 0), then paired with the warmed-up model: 1, 0.5, 0, -1
+    assert summary["grpo"]["change_vs_warmup_problems"] == pytest.approx(bench.mean_se([1.0, 0.5, 0.0, -1.0]))
+    assert "change_vs_warmup_problems" not in summary["dapo"]  # no final evaluation recorded
     # dapo - grpo per seed: 0.1, 0.0, 0.3 -> mean 0.1333, SE sqrt(0.02333 / 3)
     assert summary["dapo"]["vs_grpo"][0] == pytest.approx(0.4 / 3)
     assert summary["dapo"]["vs_grpo"][1] == pytest.approx((0.07 / 3 / 3) ** 0.5)
@@ -206,4 +213,4 @@ def test_report_over_seeds_pairs_with_grpo_and_reads_the_mechanisms_per_step(tmp
     assert summary["dapo"]["informative"] == pytest.approx(0.6) and summary["grpo"]["informative"] == 0.75
     assert summary["grpo"]["entropy"] == pytest.approx(0.3)
     table = bench.format_units_table(bench.parse_args(["--quick", "--model", str(tmp_path)]), data, summary)
-    assert "| DAPO | 3 | 0.633 (0.133) | 0.500 / 0.500 / 0.900 | +0.333 (0.133) | +0.133 (0.088) |" in table
+    assert "| DAPO | 3 | 0.633 (0.133) | 0.500 / 0.500 / 0.900 | +0.333 (0.133) | - | +0.133 (0.088) |" in table
