@@ -38,7 +38,7 @@ constant, G=8, 2 prompt groups per optimizer step, 2 optimizer steps per rollout
 answer is 31 tokens, so the penalty zone starts just past it), `dynamic_sampling_max_rounds=4`, budget 8,000 generated
 tokens per arm, evaluations at half and all of it.
 
-Result (`benchmarks/results/real_model.md`; one seed; 2 shared cores, load average 4-12 from other jobs):
+Result (`benchmarks/results/real_model_2arm.md`; one seed; 2 shared cores, load average 4-12 from other jobs):
 
 | model | gen. tokens | optimizer steps | held-out accuracy (SE) | change (paired SE) | 1-step | 2-step | mean length |
 |---|---:|---:|---|---|---:|---:|---:|
@@ -68,7 +68,11 @@ python benchmarks/real_model.py --phase report --model models/SmolLM2-135M-Instr
 ```
 The two arms run concurrently in two processes (one thread each). Each arm writes its record after every evaluation
 (`--cache-dir`), so `--phase report` renders the table from a run that was stopped early. Results go to
-`benchmarks/results/real_model.{md,json,png}` (`--quick`: `real_model_quick.*`).
+`benchmarks/results/real_model_2arm.{md,json,png}` (`--quick`: `real_model_quick.*`).
+
+`--phase unit` runs one arm per RL seed (`run_units`) and appends it to `benchmarks/results/real_model.json`; after
+units, `--phase report` (same settings) writes the table over seeds (`real_model_units.md`) and the figures
+`real_model_{accuracy,entropy,length,informative}.png` (`report_units`).
 """
 
 from __future__ import annotations
@@ -357,6 +361,12 @@ def freeze_below(model: Any, train_layers: int) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def warmup_two_step(args: argparse.Namespace) -> float:
+    """The warm-up's share of two-step problems (`--warmup-two-step`, default: `--two-step`, RL's share)."""
+    share = getattr(args, "warmup_two_step", None)
+    return args.two_step if share is None else share
+
+
 def warmup_key(args: argparse.Namespace) -> str:
     fields = (
         args.model,
@@ -365,7 +375,7 @@ def warmup_key(args: argparse.Namespace) -> str:
         args.sft_steps,
         args.sft_batch_size,
         args.sft_lr,
-        args.two_step,
+        warmup_two_step(args),
         args.train_layers,
     )
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:10]
@@ -382,7 +392,7 @@ def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
         return str(folder), json.loads(record.read_text())
     torch.manual_seed(args.seed)
     model, tokenizer = load(args.model, train_layers=args.train_layers)
-    train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
+    train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=warmup_two_step(args))
     texts, _ = encode_prompts(tokenizer, train_set["prompt"])
     started = time.perf_counter()
     losses = warmup_sft(
@@ -408,7 +418,7 @@ def warm_up(args: argparse.Namespace) -> tuple[str, dict]:
 
 
 def eval_key(args: argparse.Namespace) -> str:
-    fields = (args.test_size, args.eval_samples, args.max_completion_length)
+    fields = (args.test_size, args.eval_samples, args.max_completion_length, args.two_step)
     return hashlib.sha1(repr(fields).encode()).hexdigest()[:8]
 
 
@@ -619,6 +629,8 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str
         )
         trainer.remove_callback(PrinterCallback)
         trainer.train()
+    record["history"] = history()  # the last step is logged after the callback that evaluated it
+    path.write_text(json.dumps(record))
     if model_dir is not None:  # a plain transformers folder, to be scored again
         trainer.model.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
@@ -836,7 +848,7 @@ def plot(warmup: dict, arms: dict[str, dict], path: Path) -> Path | None:
 
 def report(args: argparse.Namespace, warmup: dict, arms: dict[str, dict]) -> dict:
     summary = summarize(warmup, arms)
-    stem = "real_model_quick" if args.quick else "real_model"
+    stem = "real_model_quick" if args.quick else "real_model_2arm"  # the per-seed units write real_model.json
     out_dir = Path(args.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = format_table(args, warmup, summary)
@@ -865,6 +877,223 @@ def report(args: argparse.Namespace, warmup: dict, arms: dict[str, dict]) -> dic
         plot(warmup, arms, out_dir / f"{stem}.png")
     print(table)
     return payload
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Report over seeds (`--phase unit` results)
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Per optimizer step: what each figure draws (TRL's and DAPOTrainer's metric names).
+STEP_FIGURES = {
+    "entropy": [("entropy", "policy entropy (training tokens)")],
+    "length": [
+        ("completions/mean_length", "mean completion length (tokens)"),
+        ("completions/clipped_ratio", "truncated share (hit the cap)"),
+    ],
+    "informative": [("informative", "informative-group share of the groups generated")],
+}
+
+
+def unit_records(args: argparse.Namespace, arms: dict[str, dict]) -> dict[str, list[dict]]:
+    """Each arm's per-seed training records (curve and per-step history) kept in `--cache-dir` by its units."""
+    out: dict[str, list[dict]] = {}
+    for arm in (a for a in UNIT_ARMS if a in arms):
+        for entry in sorted(arms[arm]["seeds"], key=lambda s: s["seed"]):
+            path = arm_path(argparse.Namespace(**{**vars(args), "rl_seed": entry["seed"]}), arm)
+            if path.exists():
+                out.setdefault(arm, []).append({"seed": entry["seed"], **json.loads(path.read_text())})
+    return out
+
+
+def step_series(record: dict, key: str) -> dict[int, float]:
+    """`key` per optimizer step of one seed; `informative` is dynamic sampling's informative share of the groups
+    generated, or, without dynamic sampling, 1 - the share of groups whose rewards are all equal."""
+    out = {}
+    for entry in record.get("history", []):
+        if key == "informative":
+            if "dynamic_sampling/informative_frac" in entry:
+                value = entry["dynamic_sampling/informative_frac"]
+            else:
+                zero = entry.get("frac_reward_zero_std")
+                value = None if zero is None else 1 - zero
+        else:
+            value = entry.get(key)
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            out[entry["step"]] = value
+    return out
+
+
+def over_seeds(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and standard error over seeds (None with one seed)."""
+    mean, se = mean_se(values)
+    return mean, se if len(values) > 1 else None
+
+
+def summarize_units(data: dict, records: dict[str, list[dict]], warm_correct: Sequence[float] | None = None) -> dict:
+    """Per arm: held-out accuracy, tokens, steps and time as mean and SE over seeds, the change against the warmed-up
+    model (with `warm_correct`, the warmed-up model's per-problem results, also its paired SE over the held-out
+    problems, each problem's result averaged over seeds), the paired difference from naive GRPO over common seeds,
+    and the mechanisms' per-step means."""
+    warm = data["warmup"]["heldout_accuracy"]
+    grpo = {s["seed"]: s["heldout_accuracy"] for s in data["arms"].get("grpo", {}).get("seeds", [])}
+    out = {}
+    for arm in (a for a in UNIT_ARMS if a in data["arms"]):
+        seeds = sorted(data["arms"][arm]["seeds"], key=lambda s: s["seed"])
+        accuracy = [s["heldout_accuracy"] for s in seeds]
+        row: dict[str, Any] = {
+            "seeds": [s["seed"] for s in seeds],
+            "accuracy_by_seed": accuracy,
+            "accuracy": over_seeds(accuracy),
+            "change_vs_warmup": over_seeds([a - warm for a in accuracy]),
+            "generated_tokens": over_seeds([s["generated_tokens"] for s in seeds])[0],
+            "optimizer_steps": over_seeds([s.get("optimizer_steps", 0) for s in seeds])[0],
+            "minutes": over_seeds([s.get("seconds", 0) / 60 for s in seeds])[0],
+        }
+        common = [s["seed"] for s in seeds if s["seed"] in grpo]
+        if arm != "grpo" and common:
+            by_seed = dict(zip(row["seeds"], accuracy, strict=True))
+            row["vs_grpo"] = over_seeds([by_seed[s] - grpo[s] for s in common])
+        for key in ("entropy", "completions/mean_length", "completions/clipped_ratio", "informative"):
+            row[key] = mean_of([{"v": v} for r in records.get(arm, []) for v in step_series(r, key).values()], "v")
+        for key in ("clip_ratio/high_mean", "clip_ratio/low_mean"):
+            row[key] = mean_of([h for r in records.get(arm, []) for h in r.get("history", [])], key)
+        finals = [r["curve"][-1] for r in records.get(arm, []) if r.get("curve")]
+        row["heldout_mean_length"] = mean_of(finals, "mean_length")
+        if warm_correct is not None and finals:
+            per_problem = [sum(column) / len(finals) for column in zip(*(f["correct"] for f in finals), strict=True)]
+            row["change_vs_warmup_problems"] = paired_difference(per_problem, warm_correct)
+        out[arm] = row
+    return out
+
+
+def _pm(pair: tuple[float, float | None] | None, spec: str = ".3f", signed: bool = False) -> str:
+    if pair is None:
+        return "-"
+    mean, se = pair
+    text = format(mean, ("+" if signed else "") + spec)
+    return text if se is None else f"{text} ({format(se, spec)})"
+
+
+def format_units_table(args: argparse.Namespace, data: dict, summary: dict) -> str:
+    warm = data["warmup"]["heldout_accuracy"]
+    n = next(iter(data["arms"].values()))["seeds"][0]["heldout_n"]
+    lines = [
+        f"# DAPO's mechanisms against naive GRPO on {Path(args.model).name} (CPU), over RL seeds",
+        "",
+        f"Held-out: {n} problems ({args.two_step:.0%} two-step), greedy, cap {args.max_completion_length} tokens. "
+        f"Budget: {args.budget_tokens:,} generated tokens per unit (every token generated for training). Warmed-up "
+        f"model: {warm:.3f}. Mean (SE over seeds); vs GRPO is the paired difference over common seeds.",
+        "",
+        "| arm | seeds | held-out accuracy | per seed | change vs warm-up | paired SE over problems | vs naive GRPO | "
+        "gen. tokens | opt. steps | minutes per unit |",
+        "|---|---|---|---|---|---:|---|---:|---:|---:|",
+    ]
+    for arm, row in summary.items():
+        lines.append(
+            f"| {ARM_NAMES[arm]} | {len(row['seeds'])} | {_pm(row['accuracy'])} | "
+            f"{' / '.join(f'{a:.3f}' for a in row['accuracy_by_seed'])} | {_pm(row['change_vs_warmup'], signed=True)} | "
+            f"{_fmt((row.get('change_vs_warmup_problems') or (None, None))[1])} | "
+            f"{_pm(row.get('vs_grpo'), signed=True)} | {row['generated_tokens']:,.0f} | {row['optimizer_steps']:.1f} | "
+            f"{row['minutes']:.1f} |"
+        )
+    lines += [
+        "",
+        "Per optimizer step, means over steps and seeds:",
+        "",
+        "| arm | entropy | clipped high | clipped low | informative groups | mean length | truncated | "
+        "held-out mean length |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, row in summary.items():
+        lines.append(
+            f"| {ARM_NAMES[arm]} | {_fmt(row['entropy'])} | {_fmt(row['clip_ratio/high_mean'], '.2%')} | "
+            f"{_fmt(row['clip_ratio/low_mean'], '.2%')} | {_fmt(row['informative'])} | "
+            f"{_fmt(row['completions/mean_length'], '.1f')} | {_fmt(row['completions/clipped_ratio'], '.1%')} | "
+            f"{_fmt(row['heldout_mean_length'], '.1f')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_units(data: dict, records: dict[str, list[dict]], out_dir: Path) -> list[Path]:
+    """The paper's figures at this scale, one PNG each: held-out accuracy against generated tokens, entropy, mean
+    length and truncated share, informative-group share (mean and SE over seeds)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    warm = data["warmup"]["heldout_accuracy"]
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm, seeds in records.items():
+        points = min(len(r.get("curve", [])) for r in seeds)
+        xs, ys, errors = [0.0], [warm], [0.0]
+        for k in range(points):
+            xs.append(over_seeds([r["curve"][k]["tokens"] for r in seeds])[0])
+            mean, se = over_seeds([r["curve"][k]["accuracy"] for r in seeds])
+            ys.append(mean)
+            errors.append(se or 0.0)
+        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=f"{ARM_NAMES[arm]} ({len(seeds)} seeds)")
+    ax.axhline(warm, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("generated tokens")
+    ax.set_ylabel("held-out accuracy (mean +- SE over seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "real_model_accuracy.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    for name, panels in STEP_FIGURES.items():
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+        for ax, (key, label) in zip(axes[0], panels, strict=True):
+            for arm, seeds in records.items():
+                series = [step_series(r, key) for r in seeds]
+                steps = sorted(set().union(*series))
+                xs, ys, errors = [], [], []
+                for step in steps:
+                    values = [s[step] for s in series if step in s]
+                    mean, se = over_seeds(values)
+                    xs.append(step)
+                    ys.append(mean)
+                    errors.append(se or 0.0)
+                line = ax.plot(xs, ys, marker=".", label=ARM_NAMES[arm])[0]
+                ax.fill_between(
+                    xs,
+                    [y - e for y, e in zip(ys, errors)],
+                    [y + e for y, e in zip(ys, errors)],
+                    alpha=0.2,
+                    color=line.get_color(),
+                )
+            ax.set_xlabel("optimizer step")
+            ax.set_ylabel(label)
+        axes[0][0].legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(out_dir / f"real_model_{name}.png")
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+    return paths
+
+
+def report_units(args: argparse.Namespace) -> dict:
+    """`--phase report` after `--phase unit`: the table over seeds (`real_model_units.md`, its rows also under
+    `summary_over_seeds` in the JSON) and the figures, from the results JSON and the records in `--cache-dir`."""
+    out_dir = Path(args.results_dir)
+    path = out_dir / ("real_model_quick.json" if args.quick else "real_model.json")
+    data = json.loads(path.read_text())
+    records = unit_records(args, data["arms"])
+    warm_eval = Path(data["warmup"]["model_dir"]) / f"eval-{eval_key(args)}.json"
+    warm_correct = json.loads(warm_eval.read_text())["correct"] if warm_eval.exists() else None
+    summary = summarize_units(data, records, warm_correct)
+    table = format_units_table(args, data, summary)
+    stem = "real_model_quick" if args.quick else "real_model"
+    (out_dir / f"{stem}_units.md").write_text(table)
+    data["summary_over_seeds"] = summary
+    path.write_text(json.dumps(data, indent=1))
+    if not args.quick:
+        plot_units(data, records, out_dir)
+    print(table)
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -904,7 +1133,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the warm-up and the arms")
     p.add_argument("--train-size", type=int, default=2000, help="training problems")
     p.add_argument("--test-size", type=int, default=200, help="held-out problems")
-    p.add_argument("--two-step", type=float, default=0.6, help="share of two-step problems")
+    p.add_argument("--two-step", type=float, default=0.6, help="share of two-step problems (RL and held-out)")
+    p.add_argument(
+        "--warmup-two-step",
+        type=float,
+        default=None,
+        help="the warm-up's share of two-step problems (default: --two-step)",
+    )
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps")
     p.add_argument("--sft-batch-size", type=int, default=8, help="warm-up batch size")
     p.add_argument("--sft-lr", type=float, default=5e-5, help="warm-up learning rate")
@@ -964,6 +1199,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     torch.set_num_threads(1)
     args = parse_args(argv)
     Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
+    results = Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
+    if args.phase == "report" and results.exists() and "arms" in json.loads(results.read_text()):
+        return report_units(args)
     warm_dir, warmup = warm_up(args)
     warmup["eval"] = warmed_up_eval(args, warm_dir)
     if args.phase == "warmup":

@@ -180,3 +180,37 @@ def test_unit_phase_appends_each_seed_once_in_the_issue_schema(tmp_path):
         assert 0 <= seed["heldout_accuracy"] <= 1 and (Path(seed["model_dir"]) / "config.json").is_file()
     assert set(data["warmup"]) >= {"heldout_accuracy", "model_dir"}
     assert [(c["a"], c["b"]) for c in data["comparisons"]] == [("grpo", "dapo_no_ds")]
+
+
+def test_report_over_seeds_pairs_with_grpo_and_reads_the_mechanisms_per_step(tmp_path):
+    bench = load_benchmark()
+
+    def seeds(*accuracies):
+        return {
+            "seeds": [
+                {"seed": s, "heldout_accuracy": a, "heldout_n": 10, "generated_tokens": 100 + s, "model_dir": None}
+                for s, a in enumerate(accuracies)
+            ]
+        }
+
+    data = {"warmup": {"heldout_accuracy": 0.3}, "arms": {"grpo": seeds(0.4, 0.5, 0.6), "dapo": seeds(0.5, 0.5, 0.9)}}
+    grpo_history = [{"step": 1, "frac_reward_zero_std": 0.25, "entropy": 0.2}, {"step": 2, "entropy": 0.4}]
+    dapo_history = [{"step": 1, "dynamic_sampling/informative_frac": 0.6, "frac_reward_zero_std": 0.0}]
+    grpo_curves = [[{"correct": [1.0, 1.0, 0.0, 0.0], "mean_length": 10}], [{"correct": [1.0, 0.0, 0.0, 0.0]}]]
+    records = {
+        "grpo": [{"history": grpo_history, "curve": grpo_curves[0]}, {"curve": grpo_curves[1]}],
+        "dapo": [{"history": dapo_history}],
+    }
+    summary = bench.summarize_units(data, records, warm_correct=[0.0, 0.0, 0.0, 1.0])
+    # each problem averaged over seeds (1, 0.5, 0, 0), then paired with the warmed-up model: 1, 0.5, 0, -1
+    assert summary["grpo"]["change_vs_warmup_problems"] == pytest.approx(bench.mean_se([1.0, 0.5, 0.0, -1.0]))
+    assert "change_vs_warmup_problems" not in summary["dapo"]  # no final evaluation recorded
+    # dapo - grpo per seed: 0.1, 0.0, 0.3 -> mean 0.1333, SE sqrt(0.02333 / 3)
+    assert summary["dapo"]["vs_grpo"][0] == pytest.approx(0.4 / 3)
+    assert summary["dapo"]["vs_grpo"][1] == pytest.approx((0.07 / 3 / 3) ** 0.5)
+    assert summary["grpo"]["change_vs_warmup"][0] == pytest.approx(0.2) and "vs_grpo" not in summary["grpo"]
+    # informative share: dynamic sampling's own count when logged (not the filtered batch's), else 1 - zero-std share
+    assert summary["dapo"]["informative"] == pytest.approx(0.6) and summary["grpo"]["informative"] == 0.75
+    assert summary["grpo"]["entropy"] == pytest.approx(0.3)
+    table = bench.format_units_table(bench.parse_args(["--quick", "--model", str(tmp_path)]), data, summary)
+    assert "| DAPO | 3 | 0.633 (0.133) | 0.500 / 0.500 / 0.900 | +0.333 (0.133) | - | +0.133 (0.088) |" in table
