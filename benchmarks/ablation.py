@@ -16,6 +16,7 @@ entropy, and draws the curves.
 | + dynamic sampling          | `dynamic_sampling=True`                                                             |
 | full DAPO (defaults)        | `DAPOConfig`'s defaults: the row above with overlong filtering off                  |
 | full DAPO + prompt skipping | the defaults and `dynamic_sampling_skip=True` (pre-rollout skipping, not a paper row) |
+| full DAPO + posterior skipping | the same with `dynamic_sampling_skip_rule="posterior"` (not a paper row)         |
 
 Protocol:
 
@@ -166,29 +167,33 @@ class Variant:
 NAIVE = "naive GRPO"
 FULL_DAPO = "full DAPO (defaults)"
 SKIPPING = "full DAPO + prompt skipping"
+POSTERIOR = "full DAPO + posterior skipping"
 
 
 def variants() -> tuple[Variant, ...]:
     """
     Naive GRPO, each technique added cumulatively, full DAPO (DAPOConfig's defaults: no overlong filtering), then full
-    DAPO with pre-rollout prompt skipping ([`skipping_variant`]).
+    DAPO with pre-rollout prompt skipping ([`skipping_variant`]), by the streak rule and by the posterior rule.
     """
     rows = [Variant(NAIVE, dict(NAIVE_GRPO))]
     for name, change in TECHNIQUES:
         rows.append(Variant(name, {**rows[-1].overrides, **change}))
     rows.append(Variant(FULL_DAPO, {}))
     rows.append(skipping_variant())
+    rows.append(skipping_variant("posterior"))
     return tuple(rows)
 
 
-def skipping_variant() -> Variant:
+def skipping_variant(rule: str = "streak") -> Variant:
     """
     Full DAPO with pre-rollout prompt skipping (`dynamic_sampling_skip=True`, the other skip settings at their
-    defaults). Skipping only acts on prompts drawn before, so the row differs from full DAPO only in runs that cover
+    defaults; `rule="posterior"` sets `dynamic_sampling_skip_rule`). Skipping only acts on prompts drawn before, so the row differs from full DAPO only in runs that cover
     2+ epochs of their RL prompts: the default budget (1,600 groups from 20,000 prompts) covers about 0.08, hence
     `--rl-train-size`.
     """
-    return Variant(SKIPPING, {"dynamic_sampling_skip": True})
+    if rule == "streak":
+        return Variant(SKIPPING, {"dynamic_sampling_skip": True})
+    return Variant(POSTERIOR, {"dynamic_sampling_skip": True, "dynamic_sampling_skip_rule": rule})
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -531,12 +536,32 @@ def ratio_line(runs: dict[str, list[dict]], rows: dict[str, dict], name: str, ba
     )
 
 
-def skip_line(runs: dict[str, list[dict]]) -> str | None:
+def paired_final_line(runs: dict[str, list[dict]], name: str, base: str) -> str | None:
     """
-    What the skip policy did over each whole run, seed by seed (the seeds differ most in how informative their groups
-    are, which decides how much is skipped), against full DAPO's informative share of the same seed.
+    `name`'s final held-out accuracy minus `base`'s on the same seed (same warm-up, same budget of generated groups):
+    the mean, its standard error over seeds, each seed's difference, and both rows' mean generated tokens.
     """
-    rs = [r for r in runs.get(SKIPPING, []) if r.get("skip")]
+    base_runs = {r["seed"]: r for r in runs.get(base, [])}
+    pairs = [(r, base_runs[r["seed"]]) for r in runs.get(name, []) if r["seed"] in base_runs]
+    if not pairs:
+        return None
+    diffs = [r["curve"][-1]["accuracy"] - b["curve"][-1]["accuracy"] for r, b in pairs]
+    mean, std = mean_std(diffs)
+    se = std / math.sqrt(len(diffs))
+    tokens = [statistics.fmean(x["tokens"] for x in side) / 1e3 for side in zip(*pairs, strict=True)]
+    return (
+        f"Final held-out accuracy, {name} - {base} (same seed): {mean:+.3f} +- {se:.3f} (standard error over "
+        f"{len(diffs)} seeds; per seed {', '.join(f'{d:+.3f}' for d in diffs)}), at {tokens[0]:.0f}k and "
+        f"{tokens[1]:.0f}k generated tokens."
+    )
+
+
+def skip_line(runs: dict[str, list[dict]], name: str = SKIPPING) -> str | None:
+    """
+    What the skip policy of row `name` did over each whole run, seed by seed (the seeds differ most in how informative
+    their groups are, which decides how much is skipped), against full DAPO's informative share of the same seed.
+    """
+    rs = [r for r in runs.get(name, []) if r.get("skip")]
     if not rs:
         return None
     full = {
@@ -556,7 +581,7 @@ def skip_line(runs: dict[str, list[dict]]) -> str | None:
         for r in rs
     ]
     return (
-        f"Prompt skipping, per seed ({', '.join(str(r['seed']) for r in rs)}): prompts skipped, of those the stream "
+        f"{name.removeprefix('full DAPO + ').capitalize()}, per seed ({', '.join(str(r['seed']) for r in rs)}): prompts skipped, of those the stream "
         f"reached, {' / '.join(skipped)}; generated groups informative {' / '.join(informative)} (full DAPO: "
         f"{' / '.join(without)}); skipped prompts generated later that were informative (the predictor's miss rate) "
         f"{' / '.join(missed)}."
@@ -609,7 +634,13 @@ def format_table(runs: dict[str, list[dict]], target: float, args: argparse.Name
         ratio_line(runs, rows, FULL_DAPO, NAIVE, target),
         ratio_line(runs, rows, SKIPPING, NAIVE, target),
         ratio_line(runs, rows, SKIPPING, FULL_DAPO, target),
+        ratio_line(runs, rows, POSTERIOR, FULL_DAPO, target),
+        ratio_line(runs, rows, POSTERIOR, SKIPPING, target),
+        paired_final_line(runs, SKIPPING, FULL_DAPO),
+        paired_final_line(runs, POSTERIOR, FULL_DAPO),
+        paired_final_line(runs, POSTERIOR, SKIPPING),
         skip_line(runs),
+        skip_line(runs, POSTERIOR),
     ]
     notes = [note for note in notes if note]
     if notes:
@@ -635,8 +666,8 @@ def plot(runs: dict[str, list[dict]], target: float, path: Path) -> Path:
         steps = [statistics.fmean(p["step"] for p in column) for column in points]
         accuracy = [statistics.fmean(p["accuracy"] for p in column) for column in points]
         style = {
-            "linestyle": "-" if name in (NAIVE, FULL_DAPO, SKIPPING) else ":",
-            "linewidth": 2 if name in (NAIVE, FULL_DAPO, SKIPPING) else 1.2,
+            "linestyle": "-" if name in (NAIVE, FULL_DAPO, SKIPPING, POSTERIOR) else ":",
+            "linewidth": 2 if name in (NAIVE, FULL_DAPO, SKIPPING, POSTERIOR) else 1.2,
         }
         tok_ax.plot(tokens, accuracy, marker=".", label=name, **style)
         step_ax.plot(steps, accuracy, marker=".", label=name, **style)

@@ -36,16 +36,17 @@ def test_variants_add_one_technique_at_a_time_in_the_papers_order():
         "+ dynamic sampling",
         ablation.FULL_DAPO,
         ablation.SKIPPING,
+        ablation.POSTERIOR,
     ]
     naive = rows[0].overrides
     assert naive["epsilon"] == naive["epsilon_high"] == 0.2
     assert naive["loss_type"] == "grpo"
     assert not (naive["dynamic_sampling"] or naive["overlong_shaping"] or naive["mask_truncated_completions"])
     # Each row differs from the previous one in exactly the fields of its technique.
-    for previous, row in zip(rows[:-3], rows[1:-2], strict=True):
+    for previous, row in zip(rows[:-4], rows[1:-3], strict=True):
         changed = {k for k in row.overrides if row.overrides[k] != previous.overrides[k]}
         assert len(changed) == 1, (row.name, changed)
-    assert rows[-3].overrides == {
+    assert rows[-4].overrides == {
         "epsilon": 0.2,
         "epsilon_high": 0.28,
         "loss_type": "dapo",
@@ -53,15 +54,16 @@ def test_variants_add_one_technique_at_a_time_in_the_papers_order():
         "overlong_shaping": True,
         "dynamic_sampling": True,
     }
-    assert rows[-2].overrides == {}  # full DAPO: DAPOConfig's own defaults
-    assert rows[-1].overrides == {"dynamic_sampling_skip": True}  # full DAPO + prompt skipping
+    assert rows[-3].overrides == {}  # full DAPO: DAPOConfig's own defaults
+    assert rows[-2].overrides == {"dynamic_sampling_skip": True}  # full DAPO + prompt skipping (streak rule)
+    assert rows[-1].overrides == {"dynamic_sampling_skip": True, "dynamic_sampling_skip_rule": "posterior"}
 
 
 def test_full_dapo_is_the_last_technique_row_without_overlong_filtering():
     from dapo_trl import DAPOConfig
 
     ablation = load_ablation()
-    *_, last_technique, full, _skipping = ablation.variants()
+    *_, last_technique, full, _skipping, _posterior = ablation.variants()
     defaults = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False)
     for key, value in last_technique.overrides.items():
         expected = False if key == "mask_truncated_completions" else value
@@ -119,9 +121,31 @@ def test_skipping_variant_is_full_dapo_with_prompt_skipping():
     ablation = load_ablation()
     row = ablation.skipping_variant()
     assert row.name == ablation.SKIPPING and row.overrides == {"dynamic_sampling_skip": True}
-    assert ablation.variants()[-1] == row  # the row after full DAPO
+    assert ablation.variants()[-2] == row  # the row after full DAPO
     args = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False, **row.overrides)
     assert args.dynamic_sampling and args.dynamic_sampling_skip
+    posterior = ablation.skipping_variant("posterior")
+    assert posterior.name == ablation.POSTERIOR and ablation.variants()[-1] == posterior
+    args = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False, **posterior.overrides)
+    assert args.dynamic_sampling_skip and args.dynamic_sampling_skip_rule == "posterior"
+
+
+def test_paired_final_line_compares_the_same_seeds_final_accuracy():
+    ablation = load_ablation()
+
+    def run(seed, final, tokens):
+        return {"seed": seed, "tokens": tokens, "curve": [{"accuracy": 0.1}, {"accuracy": final}]}
+
+    runs = {
+        ablation.FULL_DAPO: [run(0, 0.50, 1000), run(1, 0.60, 3000), run(2, 0.40, 2000)],
+        # seed 3 has no full-DAPO partner and is left out of the pairs
+        ablation.POSTERIOR: [run(1, 0.70, 2000), run(0, 0.50, 2000), run(2, 0.45, 2000), run(3, 0.0, 9000)],
+    }
+    line = ablation.paired_final_line(runs, ablation.POSTERIOR, ablation.FULL_DAPO)
+    # differences +0.10, 0.00, +0.05: mean 0.05, sample std 0.05, standard error 0.05 / sqrt(3) = 0.029
+    assert "+0.050 +- 0.029 (standard error over 3 seeds; per seed +0.100, +0.000, +0.050)" in line
+    assert "at 2k and 2k generated tokens" in line
+    assert ablation.paired_final_line(runs, ablation.SKIPPING, ablation.FULL_DAPO) is None
 
 
 def test_rl_train_size_keeps_the_first_distinct_prompts_in_order():
