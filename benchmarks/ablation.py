@@ -184,16 +184,22 @@ def variants() -> tuple[Variant, ...]:
     return tuple(rows)
 
 
+SKIP_RULE_ROWS = {"streak": SKIPPING, "posterior": POSTERIOR}
+
+
 def skipping_variant(rule: str = "streak") -> Variant:
     """
     Full DAPO with pre-rollout prompt skipping (`dynamic_sampling_skip=True`, the other skip settings at their
-    defaults; `rule="posterior"` sets `dynamic_sampling_skip_rule`). Skipping only acts on prompts drawn before, so the row differs from full DAPO only in runs that cover
-    2+ epochs of their RL prompts: the default budget (1,600 groups from 20,000 prompts) covers about 0.08, hence
-    `--rl-train-size`.
+    defaults; `rule="posterior"` also sets `dynamic_sampling_skip_rule`). Skipping only acts on prompts drawn before,
+    so the row differs from full DAPO only in runs that cover 2+ epochs of their RL prompts: the default budget (1,600
+    groups from 20,000 prompts) covers about 0.08, hence `--rl-train-size`.
     """
-    if rule == "streak":
-        return Variant(SKIPPING, {"dynamic_sampling_skip": True})
-    return Variant(POSTERIOR, {"dynamic_sampling_skip": True, "dynamic_sampling_skip_rule": rule})
+    if rule not in SKIP_RULE_ROWS:
+        raise ValueError(f"Unknown skip rule {rule!r}; expected one of {sorted(SKIP_RULE_ROWS)}.")
+    overrides = {"dynamic_sampling_skip": True}
+    if rule != "streak":
+        overrides["dynamic_sampling_skip_rule"] = rule
+    return Variant(SKIP_RULE_ROWS[rule], overrides)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -581,8 +587,9 @@ def skip_line(runs: dict[str, list[dict]], name: str = SKIPPING) -> str | None:
         for r in rs
     ]
     return (
-        f"{name.removeprefix('full DAPO + ').capitalize()}, per seed ({', '.join(str(r['seed']) for r in rs)}): prompts skipped, of those the stream "
-        f"reached, {' / '.join(skipped)}; generated groups informative {' / '.join(informative)} (full DAPO: "
+        f"{name.removeprefix('full DAPO + ').capitalize()}, per seed ({', '.join(str(r['seed']) for r in rs)}): "
+        f"prompts skipped, of those the stream reached, {' / '.join(skipped)}; generated groups informative "
+        f"{' / '.join(informative)} (full DAPO: "
         f"{' / '.join(without)}); skipped prompts generated later that were informative (the predictor's miss rate) "
         f"{' / '.join(missed)}."
     )

@@ -128,6 +128,8 @@ def test_skipping_variant_is_full_dapo_with_prompt_skipping():
     assert posterior.name == ablation.POSTERIOR and ablation.variants()[-1] == posterior
     args = DAPOConfig(output_dir="unused", use_cpu=True, bf16=False, **posterior.overrides)
     assert args.dynamic_sampling_skip and args.dynamic_sampling_skip_rule == "posterior"
+    with pytest.raises(ValueError, match="Unknown skip rule 'thompson'"):
+        ablation.skipping_variant("thompson")
 
 
 def test_paired_final_line_compares_the_same_seeds_final_accuracy():
