@@ -509,8 +509,9 @@ def naive_grpo_for_vllm(shared: dict, args: argparse.Namespace) -> Any:
     """
     Naive GRPO through colocated vLLM on CPU: `DAPOTrainer` with GRPOConfig's loss and clipping (`loss_type`,
     `epsilon` and `epsilon_high` as GRPOConfig sets them), no dynamic sampling and no overlong shaping. TRL's own
-    `GRPOTrainer` cannot sync weights into vLLM's CPU backend (docs/vllm.md); with these settings `DAPOTrainer` computes
-    GRPOTrainer's loss, and both arms then generate with the same engine and the same weight sync.
+    `GRPOTrainer` cannot sync weights into vLLM's CPU backend (docs/vllm.md). With these settings `DAPOTrainer` computes
+    GRPOTrainer's advantages and loss (tests/test_advantages.py); the rest that differs, such as the order in which
+    prompts come, is listed in docs/differences.md. All arms then generate with the same engine and weight sync.
     """
     from trl import GRPOConfig
 
