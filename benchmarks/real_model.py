@@ -551,6 +551,8 @@ LOGGED = (
     "overlong/truncated_ratio",
     "dynamic_sampling/informative_frac",
     "dynamic_sampling/rounds",
+    "vllm/weight_syncs",
+    "sampling/sampling_logp_difference/max",
 )
 
 

@@ -185,3 +185,30 @@ def test_the_speed_benchmark_prints_both_ratios(tmp_path, smollm2_dir):
         *("--step-tokens", "8"),
     )
     assert "transformers generate" in printed and "the vLLM step takes" in printed, printed[-3000:]
+
+
+def test_the_real_model_benchmark_trains_its_arms_through_vllm(tmp_path):
+    """docs/real_model.md's `--vllm` units, reduced (`--quick`: the tiny chat model, one rollout per arm): naive GRPO
+    (DAPOTrainer with GRPOConfig's loss, dynamic sampling off) and DAPO in one process, each through its own engine,
+    synced once per generation, vLLM's log-probs equal to the trainer's."""
+    run_documented(
+        tmp_path,
+        "benchmarks/real_model.py",
+        *("--quick", "--vllm", "--phase", "unit", "--arms", "grpo", "dapo"),
+        *("--cache-dir", str(tmp_path / "cache"), "--results-dir", str(tmp_path)),
+    )
+    data = json.loads((tmp_path / "real_model_quick.json").read_text())
+    assert {arm: [s["rollouts"] for s in data["arms"][arm]["seeds"]] for arm in data["arms"]} == {
+        "grpo": ["vllm"],
+        "dapo": ["vllm"],
+    }
+    records = {
+        path.name.split("-")[1]: json.loads(path.read_text()) for path in (tmp_path / "cache").glob("arm-*.json")
+    }
+    assert set(records) == {"grpo", "dapo"}
+    for arm, record in records.items():
+        rollouts = [h for h in record["history"] if "vllm/weight_syncs" in h]  # logged on a rollout's first step
+        assert [h["vllm/weight_syncs"] for h in rollouts] == [1.0], (arm, record["history"])
+        assert rollouts[0]["sampling/sampling_logp_difference/max"] <= FLOAT32_TOLERANCE, (arm, rollouts)
+    assert not any("dynamic_sampling/rounds" in h for h in records["grpo"]["history"])
+    assert any("dynamic_sampling/rounds" in h for h in records["dapo"]["history"])
