@@ -109,6 +109,12 @@ COVERED: dict[str, tuple[str, ...]] = {
     "--arms grpo dapo dapo_savings dapo_eps02 dapo_no_ds": (
         "tests/test_real_model_benchmark.py::test_unit_phase_appends_each_seed_once_in_the_issue_schema",
     ),
+    "OMP_NUM_THREADS=2 .venv-vllm/bin/python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct --phase unit "
+    "--vllm --arms grpo --rl-seed 0 --two-step 0 --warmup-two-step 0.6 --test-size 150 --lr 3e-5 --prompts-per-step 4 "
+    "--updates-per-rollout 2 --max-completion-length 32 --overlong-buffer-len 8 --max-rounds 2 --budget-tokens 10000 "
+    "--eval-fractions 0.5 1.0 --max-minutes 35": (
+        "tests/test_vllm.py::test_the_real_model_benchmark_trains_its_arms_through_vllm",
+    ),
     "OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick": (
         "tests/test_real_model_benchmark.py::test_quick_run_on_the_tiny_model_writes_the_table_and_counts_every_generated_token",
     ),
