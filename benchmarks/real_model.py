@@ -1063,6 +1063,14 @@ def summarize_units(data: dict, records: dict[str, list[dict]], warm_correct: Se
                 row["mid_vs_grpo"] = over_seeds([mids[s]["accuracy"] - grpo_mids[s]["accuracy"] for s in common])
         finals = [r["curve"][-1] for r in records.get(arm, []) if r.get("curve")]
         row["heldout_mean_length"] = mean_of(finals, "mean_length")
+        grpo_finals = {r["seed"]: r["curve"][-1]["correct"] for r in records.get("grpo", []) if r.get("curve")}
+        own = {r["seed"]: r["curve"][-1]["correct"] for r in records.get(arm, []) if r.get("curve")}
+        common = sorted(set(own) & set(grpo_finals))
+        if arm != "grpo" and common:  # each problem's result averaged over the common seeds, then paired by problem
+            row["vs_grpo_problems"] = paired_difference(
+                [sum(c) / len(common) for c in zip(*(own[s] for s in common), strict=True)],
+                [sum(c) / len(common) for c in zip(*(grpo_finals[s] for s in common), strict=True)],
+            )
         if warm_correct is not None and finals:
             per_problem = [sum(column) / len(finals) for column in zip(*(f["correct"] for f in finals), strict=True)]
             row["change_vs_warmup_problems"] = paired_difference(per_problem, warm_correct)
@@ -1092,15 +1100,16 @@ def format_units_table(args: argparse.Namespace, data: dict, summary: dict) -> s
         ),
         "",
         "| arm | seeds | held-out accuracy | per seed | change vs warm-up | paired SE over problems | vs naive GRPO | "
-        "gen. tokens | opt. steps | minutes per unit |",
-        "|---|---|---|---|---|---:|---|---:|---:|---:|",
+        "vs GRPO: paired SE over problems | gen. tokens | opt. steps | minutes per unit |",
+        "|---|---|---|---|---|---:|---|---:|---:|---:|---:|",
     ]
     for arm, row in summary.items():
         lines.append(
             f"| {ARM_NAMES[arm]} | {len(row['seeds'])} | {_pm(row['accuracy'])} | "
             f"{' / '.join(f'{a:.3f}' for a in row['accuracy_by_seed'])} | {_pm(row['change_vs_warmup'], signed=True)} | "
             f"{_fmt((row.get('change_vs_warmup_problems') or (None, None))[1])} | "
-            f"{_pm(row.get('vs_grpo'), signed=True)} | {row['generated_tokens']:,.0f} | {row['optimizer_steps']:.1f} | "
+            f"{_pm(row.get('vs_grpo'), signed=True)} | {_fmt((row.get('vs_grpo_problems') or (None, None))[1])} | "
+            f"{row['generated_tokens']:,.0f} | {row['optimizer_steps']:.1f} | "
             f"{row['minutes']:.1f} |"
         )
     if any("mid_accuracy" in row for row in summary.values()):

@@ -216,13 +216,17 @@ def test_report_over_seeds_pairs_with_grpo_and_reads_the_mechanisms_per_step(tmp
     dapo_history = [{"step": 1, "dynamic_sampling/informative_frac": 0.6, "frac_reward_zero_std": 0.0}]
     grpo_curves = [[{"correct": [1.0, 1.0, 0.0, 0.0], "mean_length": 10}], [{"correct": [1.0, 0.0, 0.0, 0.0]}]]
     records = {
-        "grpo": [{"history": grpo_history, "curve": grpo_curves[0]}, {"curve": grpo_curves[1]}],
-        "dapo": [{"history": dapo_history}],
+        "grpo": [{"seed": 0, "history": grpo_history, "curve": grpo_curves[0]}, {"seed": 1, "curve": grpo_curves[1]}],
+        "dapo": [{"seed": 0, "history": dapo_history}],
     }
     summary = bench.summarize_units(data, records, warm_correct=[0.0, 0.0, 0.0, 1.0])
     # each problem averaged over seeds (1, 0.5, 0, 0), then paired with the warmed-up model: 1, 0.5, 0, -1
     assert summary["grpo"]["change_vs_warmup_problems"] == pytest.approx(bench.mean_se([1.0, 0.5, 0.0, -1.0]))
     assert "change_vs_warmup_problems" not in summary["dapo"]  # no final evaluation recorded
+    assert "vs_grpo_problems" not in summary["dapo"] and "vs_grpo_problems" not in summary["grpo"]
+    records["dapo"][0]["curve"] = [{"correct": [1.0, 1.0, 1.0, 0.0]}]  # seed 0 only: paired with GRPO's seed 0
+    paired = bench.summarize_units(data, records, warm_correct=[0.0, 0.0, 0.0, 1.0])["dapo"]["vs_grpo_problems"]
+    assert paired == pytest.approx(bench.mean_se([0.0, 0.0, 1.0, 0.0]))
     # dapo - grpo per seed: 0.1, 0.0, 0.3 -> mean 0.1333, SE sqrt(0.02333 / 3)
     assert summary["dapo"]["vs_grpo"][0] == pytest.approx(0.4 / 3)
     assert summary["dapo"]["vs_grpo"][1] == pytest.approx((0.07 / 3 / 3) ** 0.5)
