@@ -72,7 +72,13 @@ The two arms run concurrently in two processes (one thread each). Each arm write
 
 `--phase unit` runs one arm per RL seed (`run_units`) and appends it to `benchmarks/results/real_model.json`; after
 units, `--phase report` (same settings) writes the table over seeds (`real_model_units.md`) and the figures
-`real_model_{accuracy,entropy,length,informative}.png` (`report_units`).
+`real_model_{accuracy,entropy,length,informative}.png` (`report_units`). The settings of a results JSON's units are
+recorded under `settings`, and a unit with other settings is refused (`check_unit_settings`).
+
+`--vllm` (with `.venv-vllm/bin/python`, docs/vllm.md) generates every rollout through colocated vLLM; naive GRPO then
+runs as `DAPOTrainer` with GRPOConfig's loss and clipping (`naive_grpo_for_vllm`). The main experiment
+(docs/real_model.md) ran that way at 10,000 generated tokens per unit; the 3,600-token one is in
+`benchmarks/results/real_model_3600/`.
 """
 
 from __future__ import annotations
