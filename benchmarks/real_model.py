@@ -516,7 +516,9 @@ def naive_grpo_for_vllm(shared: dict, args: argparse.Namespace) -> Any:
     Naive GRPO through colocated vLLM on CPU: `DAPOTrainer` with GRPOConfig's loss and clipping (`loss_type`,
     `epsilon` and `epsilon_high` as GRPOConfig sets them), no dynamic sampling and no overlong shaping. TRL's own
     `GRPOTrainer` cannot sync weights into vLLM's CPU backend (docs/vllm.md). With these settings `DAPOTrainer` computes
-    GRPOTrainer's advantages and loss (tests/test_advantages.py); the rest that differs, such as the order in which
+    GRPOTrainer's advantages (tests/test_advantages.py compares them) and TRL's surrogate loss with the same clipping;
+    under GRPOConfig's default `loss_type="dapo"` its token mean is taken over each optimizer step exactly rather than
+    per generation batch (docs/differences.md, row 2). The rest that differs, such as the order in which
     prompts come, is listed in docs/differences.md. All arms then generate with the same engine and weight sync.
     """
     from trl import GRPOConfig
@@ -722,6 +724,7 @@ def unit_settings(args: argparse.Namespace) -> dict:
 
 
 def units_path(args: argparse.Namespace) -> Path:
+    """The results JSON that `--phase unit` appends to and `--phase report` reads."""
     return Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
 
 
@@ -1038,6 +1041,9 @@ def summarize_units(data: dict, records: dict[str, list[dict]], warm_correct: Se
     and the mechanisms' per-step means."""
     warm = data["warmup"]["heldout_accuracy"]
     grpo = {s["seed"]: s["heldout_accuracy"] for s in data["arms"].get("grpo", {}).get("seeds", [])}
+    grpo_records = records.get("grpo", [])
+    grpo_mids = {r["seed"]: r["curve"][0] for r in grpo_records if len(r.get("curve", [])) > 1}
+    grpo_finals = {r["seed"]: r["curve"][-1]["correct"] for r in grpo_records if r.get("curve")}
     out = {}
     for arm in (a for a in UNIT_ARMS if a in data["arms"]):
         seeds = sorted(data["arms"][arm]["seeds"], key=lambda s: s["seed"])
@@ -1063,13 +1069,11 @@ def summarize_units(data: dict, records: dict[str, list[dict]], warm_correct: Se
         if mids:  # the first evaluation (at --eval-fractions[0] of the budget): before any arm overshoots it
             row["mid_tokens"] = over_seeds([m["tokens"] for m in mids.values()])[0]
             row["mid_accuracy"] = over_seeds([m["accuracy"] for m in mids.values()])
-            grpo_mids = {r["seed"]: r["curve"][0] for r in records.get("grpo", []) if len(r.get("curve", [])) > 1}
             common = sorted(set(mids) & set(grpo_mids))
             if arm != "grpo" and common:
                 row["mid_vs_grpo"] = over_seeds([mids[s]["accuracy"] - grpo_mids[s]["accuracy"] for s in common])
         finals = [r["curve"][-1] for r in records.get(arm, []) if r.get("curve")]
         row["heldout_mean_length"] = mean_of(finals, "mean_length")
-        grpo_finals = {r["seed"]: r["curve"][-1]["correct"] for r in records.get("grpo", []) if r.get("curve")}
         own = {r["seed"]: r["curve"][-1]["correct"] for r in records.get(arm, []) if r.get("curve")}
         common = sorted(set(own) & set(grpo_finals))
         if arm != "grpo" and common:  # each problem's result averaged over the common seeds, then paired by problem
@@ -1221,7 +1225,7 @@ def report_units(args: argparse.Namespace) -> dict:
     """`--phase report` after `--phase unit`: the table over seeds (`real_model_units.md`, its rows also under
     `summary_over_seeds` in the JSON) and the figures, from the results JSON and the records in `--cache-dir`."""
     out_dir = Path(args.results_dir)
-    path = out_dir / ("real_model_quick.json" if args.quick else "real_model.json")
+    path = units_path(args)
     data = json.loads(path.read_text())
     records = unit_records(args, data["arms"])
     warm_eval = Path(data["warmup"]["model_dir"]) / f"eval-{eval_key(args)}.json"
@@ -1356,7 +1360,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         for key, value in VLLM_CPU_ENV.items():
             os.environ.setdefault(key, value)
     Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
-    results = Path(args.results_dir) / ("real_model_quick.json" if args.quick else "real_model.json")
+    results = units_path(args)
     if args.phase == "report" and results.exists() and "arms" in json.loads(results.read_text()):
         return report_units(args)
     if args.phase == "unit":
