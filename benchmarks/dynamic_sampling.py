@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dapo_trl.trainer.prompt_history import SkipPolicy
+from dapo_trl.trainer.prompt_history import UNSEEN, SkipPolicy
 from dapo_trl.trainer.sampling import GroupClassification, PromptStream, RoundPlanner, classify_groups, plan_selection
 
 # Adaptive+carry targets this benchmark reports against.
@@ -72,6 +72,8 @@ TARGET_ROUNDS = 1.3
 # Pre-rollout skipping targets, over several epochs.
 TARGET_SKIP_FLOOR_RATIO = 0.6  # the streak rule (`+skip` rows)
 TARGET_POSTERIOR_FLOOR_RATIO = 0.45  # the posterior rule (`+posterior` rows)
+# The `+oracle` reference row skips a prompt already generated when its true informative chance is below this.
+ORACLE_THRESHOLD = 0.9
 SKIP_TARGET_POPULATIONS = ("mostly unsolved", "polarised")
 
 
@@ -291,6 +293,33 @@ class MeasuredSkipPolicy(SkipPolicy):
         return skip
 
 
+class OracleSkipPolicy(MeasuredSkipPolicy):
+    """
+    A reference, not a rule: passes over every prompt already generated once whose true chance of an informative group
+    (from its current pass rate, `informative`, set by [`simulate`] every step) is below `oracle_threshold`, and never
+    over a prompt not yet generated. No estimate, no exploration: what it reaches is about the least generation any
+    rule that must see a prompt before judging it can reach on the same stream.
+    """
+
+    def __init__(self, *args, oracle_threshold: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.oracle_threshold = oracle_threshold
+        self.informative: torch.Tensor | None = None  # (num_prompts,) float64
+        self.oracle_skipped = 0
+
+    def should_skip(self, index: int) -> bool:
+        if int(self.history.last_outcome[index]) == UNSEEN:
+            return False
+        skip = bool(self.informative[index] < self.oracle_threshold)
+        if skip:
+            self.skipped_now.append(index)
+            self.oracle_skipped += 1
+        return skip
+
+    def run_totals(self) -> dict[str, int]:
+        return {**super().run_totals(), "skipped": self.oracle_skipped}
+
+
 def simulate(
     population: Population,
     strategy: Strategy,
@@ -306,13 +335,15 @@ def simulate(
     seed: int = 0,
     planner_kwargs: dict | None = None,
     skip_kwargs: dict | None = None,
+    oracle_threshold: float | None = None,
 ) -> RunResult:
     """
     Run `steps` generation batches of one strategy on one population.
 
     `drift` raises every prompt's pass-rate logit linearly over the run, by `drift` times the prompt's learnability
     (1 for every prompt, or `Exponential(1)` per prompt with `learnability=True`). `skip_kwargs` (a dict, possibly
-    empty) turns on pre-rollout skipping with a [`SkipPolicy`] built from it.
+    empty) turns on pre-rollout skipping with a [`SkipPolicy`] built from it, or with `oracle_threshold` an
+    [`OracleSkipPolicy`] (the same keywords, its own decisions).
     """
     G = num_generations
     population_gen = torch.Generator().manual_seed(seed)
@@ -323,7 +354,9 @@ def simulate(
     planner = RoundPlanner(target, strategy=strategy.round_sizing, granularity=granularity, **(planner_kwargs or {}))
     stream = PromptStream(num_prompts, seed=seed)
     policy = None
-    if skip_kwargs is not None:
+    if skip_kwargs is not None and oracle_threshold is not None:
+        policy = OracleSkipPolicy(num_prompts, seed=seed, oracle_threshold=oracle_threshold, **skip_kwargs)
+    elif skip_kwargs is not None:
         policy = MeasuredSkipPolicy(num_prompts, seed=seed, **skip_kwargs)
     rates = pass_rates
 
@@ -340,7 +373,10 @@ def simulate(
     for step in range(steps):
         if drift:
             rates = drifted(base_logits, drift, step / max(steps - 1, 1), speed)
-        p_now = informative_prob(rates, G).mean().item()
+        informative_now = informative_prob(rates, G)  # (num_prompts,)
+        p_now = informative_now.mean().item()
+        if isinstance(policy, OracleSkipPolicy):
+            policy.informative = informative_now
         after_first_epoch = stream.epoch >= 1
         out = sample_generation_batch(
             planner,
@@ -470,6 +506,7 @@ SKIP_VARIANTS: tuple[SkipVariant, ...] = (
     SkipVariant("adaptive+carry", True, False),
     SkipVariant("adaptive+carry+skip", True, True, "streak"),
     SkipVariant("adaptive+carry+posterior", True, True),
+    SkipVariant("adaptive+carry+oracle", True, True, "oracle"),  # a reference: OracleSkipPolicy
 )
 
 
@@ -540,6 +577,11 @@ def format_skip_targets(results: dict[tuple[str, str], RunResult]) -> str:
                 f"| {pop} | {variant} | {r.floor_ratio:.3f} | {r.gen_per_trained / b.gen_per_trained:.2f}x "
                 f"| {r.mean_rounds:.2f} | {'yes' if ok else 'NO'} |"
             )
+        r, b = results[pop, "adaptive+carry+oracle"], results[pop, "adaptive+carry"]
+        lines.append(
+            f"| {pop} | adaptive+carry+oracle | {r.floor_ratio:.3f} | {r.gen_per_trained / b.gen_per_trained:.2f}x "
+            f"| {r.mean_rounds:.2f} | reference: true pass rates, threshold {ORACLE_THRESHOLD:g} |"
+        )
     return "\n".join(lines)
 
 
@@ -569,6 +611,7 @@ def run_skip_section(args: argparse.Namespace, planner_kwargs: dict) -> dict[tup
         )
         steps = skip_run_steps(pop, args)
         for variant in SKIP_VARIANTS:
+            oracle, G = variant.rule == "oracle", args.num_generations
             results[pop.name, variant.name] = simulate(
                 pop,
                 Strategy(variant.name, "adaptive", variant.carry_over),
@@ -582,9 +625,10 @@ def run_skip_section(args: argparse.Namespace, planner_kwargs: dict) -> dict[tup
                 processes=args.processes,
                 seed=args.seed,
                 planner_kwargs=planner_kwargs,
-                skip_kwargs={**skip_kwargs, "rule": variant.rule, "num_generations": args.num_generations}
+                skip_kwargs={**skip_kwargs, "rule": "posterior" if oracle else variant.rule, "num_generations": G}
                 if variant.skip
                 else None,
+                oracle_threshold=ORACLE_THRESHOLD if oracle else None,
             )
     print(format_skip_results(results, rates) + "\n")
     print(format_skip_targets(results) + "\n")

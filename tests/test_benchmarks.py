@@ -93,6 +93,23 @@ def test_skipping_cuts_generation_where_most_groups_are_zero_variance(dynamic_sa
     assert uniform.gen_per_trained == pytest.approx(results["uniform", "adaptive+carry"].gen_per_trained, rel=0.02)
 
 
+def test_the_oracle_reference_skips_seen_prompts_on_their_true_pass_rates_and_beats_both_rules(dynamic_sampling_quick):
+    ds, results = dynamic_sampling_quick
+    policy = ds.OracleSkipPolicy(4, oracle_threshold=0.5, rule="posterior", num_generations=4)
+    policy.informative = torch.tensor([0.1, 0.9, 0.1, 0.9], dtype=torch.float64)
+    assert not any(policy.should_skip(i) for i in range(4))  # nothing generated yet: never skipped
+    classification = ds.classify_groups(torch.tensor([1.0] * 4 + [1.0, -1.0, 1.0, -1.0]), 4, correct_value=1.0)
+    policy.record([0, 1], classification, step=0)
+    assert [policy.should_skip(i) for i in range(4)] == [True, False, False, False]
+    assert policy.run_totals()["skipped"] == 1 and policy.skipped_now == [0]
+    for pop in ds.SKIP_TARGET_POPULATIONS:  # no estimation error and no exploration: below both rules
+        oracle = results["skip"][pop, "adaptive+carry+oracle"]
+        assert oracle.skipped > 0, pop
+        for rule in ("skip", "posterior"):
+            assert oracle.floor_ratio < results["skip"][pop, f"adaptive+carry+{rule}"].floor_ratio, (pop, rule)
+    assert "adaptive+carry+oracle" in ds.format_skip_targets(results["skip"])
+
+
 def test_simulated_dynamics_keep_solved_prompts_solved():
     ds = load_benchmark("dynamic_sampling")
     pop = ds.POPULATIONS[1]
