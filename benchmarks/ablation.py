@@ -630,10 +630,11 @@ def format_table(runs: dict[str, list[dict]], target: float, args: argparse.Name
             to_tokens = f"{row['to_target_tokens'] / 1e3:.0f}k +- {row['to_target_tokens_std'] / 1e3:.0f}k{partial}"
         else:
             to_steps = to_tokens = "not reached"
+        # "-" where no seed of this variant has a naive-GRPO run to pair with (naive GRPO not among --variants)
+        vs_naive = "-" if math.isnan(row["vs_naive"]) else f"{row['vs_naive']:+.3f} +- {row['vs_naive_std']:.3f}"
         lines.append(
             f"| {name} | {row['steps']:.0f} | {row['groups']:.0f} / {row['tokens'] / 1e3:.0f}k | {to_steps} "
-            f"| {to_tokens} | {row['final']:.3f} +- {row['final_std']:.3f} "
-            f"| {row['vs_naive']:+.3f} +- {row['vs_naive_std']:.3f} "
+            f"| {to_tokens} | {row['final']:.3f} +- {row['final_std']:.3f} | {vs_naive} "
             f"| {row['entropy_first']:.3f} -> {row['entropy_last']:.3f} "
             f"| {100 * row['clip_high']:.2f}% / {100 * row['clip_low']:.2f}% | {100 * row['truncated']:.2f}% |"
         )

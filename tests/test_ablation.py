@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -130,6 +131,32 @@ def test_skipping_variant_is_full_dapo_with_prompt_skipping():
     assert args.dynamic_sampling_skip and args.dynamic_sampling_skip_rule == "posterior"
     with pytest.raises(ValueError, match="Unknown skip rule 'thompson'"):
         ablation.skipping_variant("thompson")
+
+
+def test_table_without_naive_grpo_leaves_the_comparison_column_empty_not_nan():
+    ablation = load_ablation()
+
+    def run(seed, final):
+        keys = ("clip_ratio/high_mean", "clip_ratio/low_mean", "completions/clipped_ratio")
+        history = [{"entropy": 0.5, **dict.fromkeys(keys, 0.0)}]
+        curve = [{"step": 0, "tokens": 0, "accuracy": 0.3}, {"step": 8, "tokens": 900, "accuracy": final}]
+        return {
+            "seed": seed,
+            "steps": 8,
+            "groups": 16,
+            "tokens": 900,
+            "seconds": 1.0,
+            "curve": curve,
+            "history": history,
+        }
+
+    args = SimpleNamespace(budget_groups=16, num_generations=4, train_size=100, rl_train_size=None)
+    table = ablation.format_table({ablation.FULL_DAPO: [run(0, 0.5)], ablation.SKIPPING: [run(0, 0.6)]}, 0.1, args)
+    rows = [line for line in table.splitlines() if line.startswith(f"| {ablation.FULL_DAPO} |")]
+    assert len(rows) == 1 and "nan" not in table
+    assert rows[0].split(" | ")[6] == "-"  # the "final - naive GRPO" column
+    with_naive = {ablation.NAIVE: [run(0, 0.4)], ablation.FULL_DAPO: [run(0, 0.5)]}
+    assert "| +0.100 +- 0.000 |" in ablation.format_table(with_naive, 0.1, args)
 
 
 def test_paired_final_line_compares_the_same_seeds_final_accuracy():
