@@ -381,8 +381,11 @@ def warmup_two_step(args: argparse.Namespace) -> float:
 
 
 def warmup_key(args: argparse.Namespace) -> str:
+    """The warm-up's cache key: its settings, with a local model folder by its resolved path (so that the same folder
+    named through a relative path or a symlink finds the same warm-up)."""
+    model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     fields = (
-        args.model,
+        model,
         args.seed,
         args.train_size,
         args.sft_steps,

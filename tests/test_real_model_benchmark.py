@@ -63,6 +63,25 @@ def test_gold_answers_are_what_the_worked_line_computes_and_targets_score_correc
     assert bench.score(["It is 5."], ["5"]) == ([False], [False])
 
 
+def test_the_warm_up_key_names_a_local_model_folder_by_its_resolved_path(tmp_path, monkeypatch):
+    bench = load_benchmark()
+    folder = tmp_path / "store" / "SmolLM2-135M-Instruct"
+    folder.mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "models").symlink_to(tmp_path / "store")
+    monkeypatch.chdir(tmp_path / "work")
+    spellings = ["models/SmolLM2-135M-Instruct", str(folder), "../store/SmolLM2-135M-Instruct"]
+    keys = {bench.warmup_key(bench.parse_args(["--model", m])) for m in spellings}
+    assert len(keys) == 1  # one folder, one cached warm-up
+    other = tmp_path / "store" / "other"
+    other.mkdir()
+    assert bench.warmup_key(bench.parse_args(["--model", str(other)])) not in keys
+    # a Hub id (no such local folder) keys by its name, and other settings still change the key
+    hub = bench.parse_args(["--model", "HuggingFaceTB/SmolLM2-135M-Instruct"])
+    assert bench.warmup_key(hub) not in keys
+    assert bench.warmup_key(hub) != bench.warmup_key(bench.parse_args(["--model", hub.model, "--sft-steps", "7"]))
+
+
 def test_paired_difference_and_mean_se():
     bench = load_benchmark()
     mean, se = bench.paired_difference([True, True, False, True], [False, True, False, False])
