@@ -37,8 +37,8 @@ prompts move a little, a few a lot), so some unsolved prompts become solvable an
 lasts `--epochs` passes over the dataset of a sampler without skipping (the same number of steps for every variant;
 with skipping the stream passes faster). Variants: adaptive sizing with carry-over off and on, each without and with
 skipping (streak and posterior rules), and `adaptive+carry+oracle`, a reference that skips seen prompts on their true
-pass rates ([`OracleSkipPolicy`]). Extra columns: `epochs` (passes the stream made), `x floor after epoch 1` (steps once a history exists),
-`skipped / drawn` (prompts passed over, per prompt the stream drew), `missed / trained` (groups the skipped prompts
+pass rates ([`OracleSkipPolicy`]). Extra columns: `epochs` (passes the stream made), `x floor after epoch 1` (steps
+once a history exists), `skipped / drawn` (prompts passed over, per prompt the stream drew), `missed / trained` (groups the skipped prompts
 would have made informative, from their true pass rates, per trained group) and `miss rate` (share of the prompts
 generated after being skipped that were informative, the policy's own measure).
 
@@ -612,7 +612,8 @@ def run_skip_section(args: argparse.Namespace, planner_kwargs: dict) -> dict[tup
         )
         steps = skip_run_steps(pop, args)
         for variant in SKIP_VARIANTS:
-            oracle, G = variant.rule == "oracle", args.num_generations
+            oracle = variant.rule == "oracle"  # OracleSkipPolicy on a posterior-rule base (its decisions are its own)
+            rule = "posterior" if oracle else variant.rule
             results[pop.name, variant.name] = simulate(
                 pop,
                 Strategy(variant.name, "adaptive", variant.carry_over),
@@ -626,7 +627,7 @@ def run_skip_section(args: argparse.Namespace, planner_kwargs: dict) -> dict[tup
                 processes=args.processes,
                 seed=args.seed,
                 planner_kwargs=planner_kwargs,
-                skip_kwargs={**skip_kwargs, "rule": "posterior" if oracle else variant.rule, "num_generations": G}
+                skip_kwargs={**skip_kwargs, "rule": rule, "num_generations": args.num_generations}
                 if variant.skip
                 else None,
                 oracle_threshold=ORACLE_THRESHOLD if oracle else None,
