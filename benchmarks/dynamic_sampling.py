@@ -37,10 +37,10 @@ prompts move a little, a few a lot), so some unsolved prompts become solvable an
 lasts `--epochs` passes over the dataset of a sampler without skipping (the same number of steps for every variant;
 with skipping the stream passes faster). Variants: adaptive sizing with carry-over off and on, each without and with
 skipping (streak and posterior rules), and `adaptive+carry+oracle`, a reference that skips seen prompts on their true
-pass rates ([`OracleSkipPolicy`]). Extra columns: `epochs` (passes the stream made), `x floor after epoch 1` (steps
-once a history exists), `skipped / drawn` (prompts passed over, per prompt the stream drew), `missed / trained` (groups the skipped prompts
-would have made informative, from their true pass rates, per trained group) and `miss rate` (share of the prompts
-generated after being skipped that were informative, the policy's own measure).
+pass rates ([`OracleSkipPolicy`]). Extra columns: `epochs` (passes the stream made), `x floor after epoch 1` (steps once
+a history exists), `skipped / drawn` (prompts passed over, per prompt the stream drew), `missed / trained` (groups the
+skipped prompts would have made informative, from their true pass rates, per trained group) and `miss rate` (share of
+the prompts generated after being skipped that were informative, the policy's own measure).
 
 Launch:
 ```
