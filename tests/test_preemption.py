@@ -321,6 +321,8 @@ def test_handlers_are_not_installed_off_the_main_thread(caplog):
 
 
 def test_a_repeated_signal_at_once_is_a_copy_and_a_second_one_stops_at_once(caplog):
+    # What the process started with (SIGINT is SIG_IGN in a job started in the background): uninstall restores it.
+    before = {name: signal.getsignal(getattr(signal, name)) for name in ("SIGTERM", "SIGUSR1", "SIGINT")}
     callback = PreemptionCallback(timeout=None)
     callback.install()
     try:
@@ -331,8 +333,7 @@ def test_a_repeated_signal_at_once_is_a_copy_and_a_second_one_stops_at_once(capl
             os.kill(os.getpid(), signal.SIGINT)  # a second, different signal: stop at once
     finally:
         callback.uninstall()
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert {name: signal.getsignal(getattr(signal, name)) for name in before} == before
 
 
 # ---------------------------------------------------------------------------------------------------- evaluation
