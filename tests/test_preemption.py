@@ -13,6 +13,7 @@ from transformers import TrainerCallback
 from dapo_trl.dapo_config import DAPOConfig
 from dapo_trl.trainer.preemption import (
     PREEMPTION_EXIT_CODE,
+    PREEMPTION_SIGNALS,
     PREEMPTION_TIMEOUT_EXIT_CODE,
     PreemptionCallback,
     PreemptionMixin,
@@ -322,7 +323,7 @@ def test_handlers_are_not_installed_off_the_main_thread(caplog):
 
 def test_a_repeated_signal_at_once_is_a_copy_and_a_second_one_stops_at_once(caplog):
     # What the process started with (SIGINT is SIG_IGN in a job started in the background): uninstall restores it.
-    before = {name: signal.getsignal(getattr(signal, name)) for name in ("SIGTERM", "SIGUSR1", "SIGINT")}
+    before = {name: signal.getsignal(getattr(signal, name)) for name in PREEMPTION_SIGNALS}
     callback = PreemptionCallback(timeout=None)
     callback.install()
     try:
