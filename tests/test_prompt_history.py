@@ -393,3 +393,45 @@ def test_skip_settings_parse_from_the_command_line():
     )
     assert args.dynamic_sampling_skip and args.dynamic_sampling_skip_target == 0.6
     assert args.dynamic_sampling_skip_max_prob == 0.9
+
+
+def _posterior_skips(draw_values, *, num_prompts: int = 64, G: int = 8, steps: int = 3) -> int:
+    """Prompts the posterior rule skips after `steps` rounds over every prompt, each scored by `draw_values(n, G)`."""
+    from dapo_trl.trainer.sampling import classify_groups
+
+    policy = SkipPolicy(num_prompts, rule="posterior", seed=0, num_generations=G)
+    indices = list(range(num_prompts))
+    for step in range(steps):
+        values = draw_values(num_prompts, G)
+        policy.record(indices, classify_groups(values.flatten(), G), step=step)
+    return sum(policy.should_skip(i) for i in indices)
+
+
+def test_the_posterior_rule_reads_continuous_rewards_by_the_informativeness_test():
+    # Rewards in (0.1, 1): every group is informative, yet every completion is "positive". Counting successes as
+    # rewards above 0 made each group 8/8 successful and the rule skipped 62 of 64 prompts after 3 steps.
+    generator = torch.Generator().manual_seed(0)
+    continuous = _posterior_skips(lambda n, G: 0.1 + 0.9 * torch.rand(n, G, generator=generator))
+    binary = _posterior_skips(lambda n, G: torch.tensor([[0.0, 1.0] * (G // 2)] * n))
+    assert binary <= 6  # the 0/1 control: informative groups are generated again (only the exploration floor varies)
+    assert continuous <= 6, f"the posterior rule skipped {continuous} of 64 prompts whose groups were all informative"
+
+
+def test_success_counts_are_mixed_exactly_for_informative_groups():
+    from dapo_trl.trainer.sampling import classify_groups
+
+    values = torch.tensor(
+        [
+            [0.2, 0.5, 0.9, 0.3],  # continuous, informative: all positive, split at the midpoint
+            [0.7, 0.7, 0.7, 0.7],  # constant positive: all successes
+            [-0.4, -0.4, -0.4, -0.4],  # constant, not positive: none
+            [0.0, 1.0, 1.0, 0.0],  # a two-valued reward: its own count
+            [-0.05, 0.05, 0.0, 0.02],  # within the tolerance below: uninformative, mean above 0 -> all
+        ]
+    )
+    classes = classify_groups(values.flatten(), 4, tolerance=0.2)
+    assert classes.informative.tolist() == [True, False, False, True, False]
+    assert classes.successes.tolist() == [1, 4, 0, 2, 4]
+    # With a declared correct value, an informative group below it everywhere is still split, not read as 0/4.
+    verified = classify_groups(torch.tensor([-1.0, -0.5, -1.0, -0.5, 1.0, 1.0, -1.0, 1.0]), 4, correct_value=1.0)
+    assert verified.successes.tolist() == [2, 3]

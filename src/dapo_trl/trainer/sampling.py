@@ -56,7 +56,8 @@ def classify_groups(
     given; else when every value is the same positive number), all-wrong when none does (else: the same number, not
     positive), and mixed otherwise (values that differ by no more than `tolerance`). `successes` counts, per group,
     the scored completions that reach `correct_value` (without it: that are positive), the thresholded outcome the
-    prompt posterior of [`SkipPolicy`] learns from.
+    prompt posterior of [`SkipPolicy`] learns from, made consistent with the informativeness test (mixed successes
+    exactly for informative groups; see [`_success_counts`]).
 
     Args:
         values (`torch.Tensor` of shape `(num_groups * num_generations,)`):
@@ -97,15 +98,44 @@ def classify_groups(
         every, none = (low == high) & (high > 0), (low == high) & (high <= 0)
     all_correct, all_wrong = uninformative & every, uninformative & none
     mixed = uninformative & ~every & ~none
-    success = grouped >= correct_value if correct_value is not None else grouped > 0  # (N, G); NaN: never
     return GroupClassification(
         informative=informative,
         all_correct=all_correct,
         all_wrong=all_wrong,
         mixed=mixed,
-        successes=(success & scored).sum(dim=1),
+        successes=_success_counts(grouped, scored, informative, correct_value=correct_value),
         scored=scored.sum(dim=1),
     )
+
+
+def _success_counts(
+    grouped: torch.Tensor, scored: torch.Tensor, informative: torch.Tensor, *, correct_value: float | None
+) -> torch.Tensor:
+    """
+    Successful completions per group `(N,)`, defined so that a group's successes are mixed (`0 < k < n`) exactly when
+    the group is informative: the prompt posterior of the skip rule learns "how likely is this prompt's next group to
+    be informative" from these counts, so they must agree with the test that decides informativeness.
+
+    A completion succeeds when it reaches `correct_value` (without one: when it is positive). That threshold can
+    disagree with the spread test: continuous rewards in `(0.1, 1)` are all "positive" while every group is
+    informative, and a tolerance can leave an uninformative group straddling the threshold. So an informative group
+    whose thresholded successes are `0` or `n` splits at the midpoint of its values instead, and an uninformative
+    group counts all or none of its completions, by its mean against the threshold. For a two-valued reward both
+    definitions agree and nothing changes.
+    """
+    threshold = 0.0 if correct_value is None else correct_value
+    reached = grouped >= threshold if correct_value is not None else grouped > threshold  # (N, G); NaN: never
+    successes = (reached & scored).sum(dim=1)  # (N,)
+    counted = scored.sum(dim=1)  # (N,)
+    filled = torch.where(scored, grouped, torch.zeros_like(grouped))
+    high = torch.where(scored, grouped, torch.full_like(grouped, -math.inf)).max(dim=1, keepdim=True).values
+    low = torch.where(scored, grouped, torch.full_like(grouped, math.inf)).min(dim=1, keepdim=True).values
+    split = ((filled > (high + low) / 2) & scored).sum(dim=1)  # (N,): in 1 .. n - 1 whenever high > low
+    one_sided = (successes == 0) | (successes == counted)
+    successes = torch.where(informative & one_sided, split, successes)
+    mean = filled.sum(dim=1) / counted.clamp(min=1)
+    solved = mean >= threshold if correct_value is not None else mean > threshold
+    return torch.where(~informative & (counted > 0), torch.where(solved, counted, 0), successes)
 
 
 class ConstantRewardWatch:
