@@ -3,58 +3,93 @@
 import inspect
 
 import pytest
+import trl
+from packaging.version import Version
 from trl import GRPOTrainer
 
-from dapo_trl._compat import SUPPORTED_TRL, check_trl_version
+from dapo_trl._compat import (
+    SUPPORTED_RANGE,
+    SUPPORTED_TRL,
+    TRL_HOOKS,
+    check_trl_hooks,
+    check_trl_version,
+    hook_problem,
+    trl_runtime_problem,
+)
 from dapo_trl.dapo_trainer import DAPOTrainer
 
-# TRL method -> the leading parameters DAPOTrainer's override relies on
-OVERRIDDEN = {
-    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],
-    "_generate_and_score_completions": ["self", "inputs"],
-    "_prepare_inputs": ["self", "generation_batch"],
-    "_get_per_token_logps_and_entropies": [
-        "self",
-        "model",
-        "input_ids",
-        "attention_mask",
-        "logits_to_keep",
-        "batch_size",
-        "compute_entropy",
-    ],
-    "_compute_loss": ["self", "model", "inputs"],
-    "_save_checkpoint": ["self", "model", "trial"],
-    "_load_optimizer_and_scheduler": ["self", "checkpoint"],
-    "get_train_dataloader": ["self"],
-    "_get_train_sampler": ["self", "dataset"],
-    "_tokenize_prompts": ["self", "prompts"],
-}
 
-
-@pytest.mark.parametrize("name", sorted(OVERRIDDEN))
-def test_overridden_trl_methods_keep_their_signature(name):
-    params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
-    expected = OVERRIDDEN[name]
-    assert params[: len(expected)] == expected, f"GRPOTrainer.{name} changed: {params}"
-    assert name in DAPOTrainer.__dict__, f"DAPOTrainer no longer overrides {name}"
-
-
-# TRL method -> the leading parameters DynamicSamplingMixin's override relies on (generation of a round in chunks)
-DYNAMIC_SAMPLING_OVERRIDDEN = {
-    "_generate_single_turn": ["self", "prompt_ids", "images", "multimodal_fields", "num_generations"],
-}
-
-
-@pytest.mark.parametrize("name", sorted(DYNAMIC_SAMPLING_OVERRIDDEN))
-def test_dynamic_sampling_overrides_keep_their_signature(name):
+@pytest.mark.parametrize("hook", [h for h in TRL_HOOKS if h.owner == "GRPOTrainer"], ids=lambda h: h.name)
+def test_overridden_trl_methods_keep_their_signature(hook):
     from dapo_trl.trainer.dynamic_sampling import DynamicSamplingMixin
 
-    params = list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
-    expected = DYNAMIC_SAMPLING_OVERRIDDEN[name]
-    assert params[: len(expected)] == expected, f"GRPOTrainer.{name} changed: {params}"
-    assert name in DynamicSamplingMixin.__dict__
-    # The chunks are concatenated as (completion_ids, logprobs): both per-row lists (logprobs may be None).
-    assert "return completion_ids, logprobs" in inspect.getsource(getattr(GRPOTrainer, name))
+    assert hook_problem(getattr(GRPOTrainer, hook.name, None), hook) is None
+    overriding = DAPOTrainer if hook.name in DAPOTrainer.__dict__ else DynamicSamplingMixin
+    assert hook.name in overriding.__dict__, f"DAPOTrainer no longer overrides {hook.name}: drop it from TRL_HOOKS"
+
+
+def test_every_trl_method_the_trainer_overrides_is_checked():
+    """A new override of a GRPOTrainer method must be added to TRL_HOOKS, so that the import check covers it."""
+    from dapo_trl.trainer.dynamic_sampling import DynamicSamplingMixin
+
+    overridden = {
+        name
+        for cls in (DAPOTrainer, DynamicSamplingMixin)
+        for name, value in cls.__dict__.items()
+        if callable(value) and name != "__init__" and hasattr(GRPOTrainer, name)
+    }
+    assert overridden <= {hook.name for hook in TRL_HOOKS}, overridden - {hook.name for hook in TRL_HOOKS}
+
+
+def test_generated_rows_come_back_as_completion_ids_and_logprobs():
+    # DynamicSamplingMixin concatenates the chunks as (completion_ids, logprobs): both per-row lists (logprobs may be
+    # None).
+    assert "return completion_ids, logprobs" in inspect.getsource(GRPOTrainer._generate_single_turn)
+
+
+def fake_grpo_trainer(**replaced):
+    """A GRPOTrainer subclass with some methods replaced (`None`: removed), as a TRL release that moved them."""
+    namespace = {name: method for name, method in replaced.items() if method is not None}
+    cls = type("GRPOTrainer", (GRPOTrainer,), namespace)
+    for name in [name for name, method in replaced.items() if method is None]:
+        setattr(cls, name, None)
+    return cls
+
+
+def test_the_import_check_names_a_missing_method():
+    with pytest.raises(ImportError, match=r"GRPOTrainer\._calculate_rewards does not exist") as error:
+        check_trl_hooks(fake_grpo_trainer(_calculate_rewards=None), installed="9.9.9")
+    assert "trl 9.9.9" in str(error.value) and "pip install 'trl>=1.14,<1.17'" in str(error.value)
+
+
+def test_the_import_check_names_a_moved_or_missing_parameter():
+    with pytest.raises(
+        ImportError, match=r"_compute_loss\(self, model, inputs\).*parameter 2 is 'batch', not 'inputs'"
+    ):
+        check_trl_hooks(fake_grpo_trainer(_compute_loss=lambda self, model, batch: None))
+    with pytest.raises(ImportError, match="takes no keyword 'compute_entropy'"):
+        check_trl_hooks(
+            fake_grpo_trainer(
+                _get_per_token_logps_and_entropies=lambda self, model, input_ids, attention_mask, logits_to_keep: None
+            )
+        )
+
+
+def test_the_import_check_accepts_trl_1_14s_forwarded_arguments():
+    """TRL 1.14.2 declares `_get_per_token_logps_and_entropies(self, model, *args, batch_size=None, ...,
+    **kwargs)`: the override's positional arguments and `compute_entropy` reach its `*args` and `**kwargs`."""
+
+    def trl_1_14(self, model, *args, batch_size=None, compute_aux_loss=False, **kwargs):
+        return None
+
+    check_trl_hooks(fake_grpo_trainer(_get_per_token_logps_and_entropies=trl_1_14))
+
+
+def test_trl_1_15_without_triton_is_refused_before_training_with_what_to_install():
+    assert trl_runtime_problem("1.16.0") is None and trl_runtime_problem("1.14.2") is None
+    assert trl_runtime_problem("1.15.0", fused_kernel_available=True) is None
+    problem = trl_runtime_problem("1.15.0", fused_kernel_available=False)
+    assert "Triton" in problem and "1.14.2 or 1.16" in problem
 
 
 # transformers Trainer method -> the parameters PreemptionMixin's override passes on or relies on
@@ -103,7 +138,12 @@ def test_trl_loss_normaliser_formula_is_the_one_inverted():
     assert "normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation" in (
         source
     )
-    assert GRPOTrainer.loss_is_scaled_for_ga is True  # the Trainer must not divide by GA again
+    # The Trainer must not divide the loss by GA again: TRL 1.16 says so with `loss_is_scaled_for_ga = True`, TRL 1.14
+    # by passing a dummy `compute_loss_func` to `Trainer.__init__` (transformers then skips the division too).
+    if Version(trl.__version__) >= Version("1.16"):
+        assert GRPOTrainer.loss_is_scaled_for_ga is True
+    else:
+        assert 'compute_loss_func="non-None value to disable scaling"' in inspect.getsource(GRPOTrainer.__init__)
 
 
 def test_trl_reads_old_logprobs_after_the_loss_forward():
@@ -158,15 +198,27 @@ def test_trl_attributes_used_by_the_glue_exist():
 
 
 def test_version_check_names_both_versions(monkeypatch):
-    check_trl_version("1.16.3")
-    with pytest.raises(ImportError, match=r"supports trl.*1\.17.* but trl 1\.15\.0 is installed"):
-        check_trl_version("1.15.0")
-    with pytest.raises(ImportError, match="2.0.0"):
-        check_trl_version("2.0.0")
+    for supported in ("1.14.0", "1.14.2", "1.15.0", "1.16.3"):
+        check_trl_version(supported)
+    with pytest.raises(
+        ImportError, match=r"supports trl.*1\.17.*tested: 1\.14\.2, 1\.16\.0.* but trl 1\.13\.0 is installed"
+    ):
+        check_trl_version("1.13.0")
+    with pytest.raises(ImportError, match="1.17.0"):
+        check_trl_version("1.17.0")
     monkeypatch.setenv("DAPO_TRL_SKIP_VERSION_CHECK", "1")
-    with pytest.warns(UserWarning, match="1.15.0"):
-        check_trl_version("1.15.0")
-    assert "1.16.0" in SUPPORTED_TRL
+    with pytest.warns(UserWarning, match="1.13.0"):
+        check_trl_version("1.13.0")
+    assert "1.16.0" in SUPPORTED_TRL and "1.14.2" in SUPPORTED_TRL
+
+
+def test_the_supported_range_is_the_one_pyproject_declares():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert f"trl{SUPPORTED_RANGE}" in [d.replace(" ", "") for d in project["dependencies"]]
+    assert f"trl[vllm]{SUPPORTED_RANGE}" in project["optional-dependencies"]["vllm"]
 
 
 def test_public_api_resolves_and_is_typed():

@@ -19,7 +19,8 @@ override points and never copies a TRL private method:
 | `_save_checkpoint` / `_load_optimizer_and_scheduler` | save and restore the sampler state and a half-used generation batch |
 | `train`, `_get_output_dir`, `_push_from_checkpoint` (`PreemptionMixin`) | auto-resume, preemption handling, checkpoints published atomically (and pushed once published) |
 
-`tests/test_trl_compat.py` pins the signatures of these TRL methods, so a TRL release that changes one fails loudly.
+`dapo_trl._compat.TRL_HOOKS` lists these methods with the parameters each override relies on; importing this module
+checks them against the installed TRL and names the one that is missing (`tests/test_trl_compat.py` pins them too).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from datasets import IterableDataset
 from torch import nn
 from trl import GRPOConfig, GRPOTrainer
 
+from ._compat import check_trl_hooks, trl_runtime_problem
 from ._validate import gguf_problem
 from .dapo_config import DAPOConfig
 from .run.console import DefaultsNoticeCallback
@@ -83,6 +85,7 @@ from .trainer.sampling import (
 from .trainer.vllm_colocate import finish_vllm_setup, prepare_vllm
 
 logger = logging.getLogger(__name__)
+check_trl_hooks(GRPOTrainer)  # every method overridden below exists and takes what the override passes (any TRL)
 
 SAMPLER_STATE_NAME = "dapo_sampler_state.pt"
 SAMPLER_STATE_KEYS = ("stream", "planner", "carry", "carry_groups")  # what `load_sampler_state_dict` cannot do without
@@ -162,6 +165,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             args = DAPOConfig(f"{str(name).split('/')[-1] or 'model'}-DAPO")
         elif not isinstance(args, DAPOConfig):
             args = _to_dapo_config(args)
+        if trl_runtime_problem():
+            raise RuntimeError(trl_runtime_problem())
         problem = gguf_problem(model=model)
         if problem:
             raise ValueError(problem[0].upper() + problem[1:])
