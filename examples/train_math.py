@@ -54,7 +54,14 @@ from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
 from dapo_trl.run.cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
 from dapo_trl.run.console import format_summary, training_signal
 from dapo_trl.run.plan import batch_plan, recipe_advice
-from dapo_trl.run.run_record import EvalSettings, PromptFormat, RunRecord, save_run_outputs, write_run_record
+from dapo_trl.run.run_record import (
+    DataFormat,
+    EvalSettings,
+    PromptFormat,
+    RunRecord,
+    save_run_outputs,
+    write_run_record,
+)
 
 logger = logging.getLogger("train_math")
 
@@ -103,7 +110,9 @@ class MathScriptArguments(ScriptArguments):
     )
     eval_split: str = field(default="train", metadata={"help": "Split of the evaluation set."})
     eval_k: int = field(default=32, metadata={"help": "Samples per problem for avg@k / pass@k / maj@k (paper: 32)."})
-    eval_temperature: float = field(default=1.0, metadata={"help": "Evaluation temperature (paper: 1.0)."})
+    eval_temperature: float = field(
+        default=1.0, metadata={"help": "Evaluation temperature (paper: 1.0); 0 decodes greedily."}
+    )
     eval_top_p: float = field(default=0.7, metadata={"help": "Evaluation top-p (paper: 0.7)."})
     eval_max_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N problems."})
     # Batch plan
@@ -142,8 +151,8 @@ class MathScriptArguments(ScriptArguments):
     eval_before_rl: bool = field(
         default=False,
         metadata={
-            "help": "Score the --eval_dataset_name problems greedily before RL (after any warm-up) and after, on the "
-            "same problems; eval_summary.json gets before/after/change/paired SE."
+            "help": "Evaluate the --eval_dataset_name problems before RL too (after any warm-up), with the same "
+            "settings as after: the summary shows before -> after and eval_summary.json the paired change."
         },
     )
     # CPU demo only
@@ -241,6 +250,8 @@ def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args:
 
     if script_args.dataset_name is None or model_args.model_name_or_path is None:
         parser.error("give both --model_name_or_path and --dataset_name (or neither, for the CPU demo).")
+    if script_args.eval_before_rl and not script_args.eval_dataset_name:
+        parser.error("--eval_before_rl needs the held-out problems: set --eval_dataset_name.")
     problems = [
         check_model_path("--model_name_or_path", model_args.model_name_or_path),
         check_data_path("--dataset_name", script_args.dataset_name),
@@ -357,6 +368,14 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rew
         "warmup_seconds": round(warmup_seconds, 1),
         "rl_seconds": round(rl_seconds, 1),
         "optimizer_steps": trainer.state.global_step,
+        # the summary box's held-out line: after warm-up -> after DAPO, sampled as the run record says
+        "heldout": {
+            "before": before["accuracy"],
+            "after": after["accuracy"],
+            "n": len(test_set),
+            "sampling": settings.describe(),
+        },
+        "heldout_set": os.path.join(training_args.output_dir, HELDOUT_FILE),
     }
     finish(trainer, summary)
     missing = [
@@ -380,20 +399,49 @@ def _distinct(dataset):
 # --------------------------------------------------------------------------------------------------------- real data
 
 
+def data_settings(script_args: MathScriptArguments) -> dict:
+    """
+    How every data file of the run is read, the training set, the warm-up set and the held-out set alike: the format
+    (which decides whether DAPO's template wraps a prompt), the columns and the prompt shape. The run record keeps the
+    first three (`DataFormat`), so that `python -m dapo_trl.evaluation` reads a held-out file the same way.
+    """
+    return {
+        **_data_format(script_args),
+        "conversational": script_args.conversational,
+        "system_prompt": script_args.system_prompt,
+    }
+
+
+def _data_format(script_args: MathScriptArguments) -> dict:
+    return {
+        "dataset_format": script_args.dataset_format,
+        "prompt_column": script_args.prompt_column or script_args.dataset_prompt_column,
+        "answer_column": script_args.answer_column,
+    }
+
+
 def load_training_set(script_args: MathScriptArguments):
-    """The training rows, with prompts in the run's format (`conversational`, `system_prompt`)."""
+    """The training rows, with prompts in the run's format (`data_settings`)."""
     from dapo_trl.run.data import load_math_dataset
 
     return load_math_dataset(
         script_args.dataset_name,
         split=script_args.dataset_train_split,
         config_name=script_args.dataset_config,
-        dataset_format=script_args.dataset_format,
-        prompt_column=script_args.prompt_column or script_args.dataset_prompt_column,
-        answer_column=script_args.answer_column,
-        conversational=script_args.conversational,
-        system_prompt=script_args.system_prompt,
         max_samples=script_args.max_train_samples,
+        **data_settings(script_args),
+    )
+
+
+def load_heldout(script_args: MathScriptArguments):
+    """The held-out rows (`eval_dataset_name`), read as the training set is (`data_settings`)."""
+    from dapo_trl.run.data import load_math_dataset
+
+    return load_math_dataset(
+        script_args.eval_dataset_name,
+        split=script_args.eval_split,
+        max_samples=script_args.eval_max_samples,
+        **data_settings(script_args),
     )
 
 
@@ -468,8 +516,12 @@ def run_real(
     *,
     rewards: list | None = None,
 ) -> dict:
-    from dapo_trl.run.data import load_math_dataset
-    from dapo_trl.run.evaluation import _verifier_functions, evaluate
+    """
+    Train on the user's model and data. With an evaluation set, its one held-out result: the run record's evaluation
+    (`eval_k`, `eval_temperature`, `eval_top_p`) after RL, and before RL too with `eval_before_rl`, on the same prompts
+    (read like the training set, `data_settings`), through the run's vLLM engine when it generated with vLLM.
+    """
+    from dapo_trl.run.heldout import evaluation_engine, heldout_evaluation, load_before, paired_result, save_before
 
     if importlib.util.find_spec("matplotlib") is None:
         logger.warning("matplotlib is not installed (pip install 'dapo-trl[plot]'): no training_curves.png.")
@@ -480,11 +532,12 @@ def run_real(
         "dtype": dtype,
         **(training_args.model_init_kwargs or {}),
     }
-    record = make_run_record(script_args, training_args)
+    record = make_run_record(script_args, training_args, model_args)
     if training_args.process_index == 0:
         write_run_record(training_args.output_dir, record)
     reward = rewards or build_rewards(script_args, training_args)
-    prepared = prepare_real_model(script_args, training_args, model_args)  # None unless warm-up/top layers/eval asked
+    resuming = is_resuming(training_args)
+    prepared = prepare_real_model(script_args, training_args, model_args, resuming=resuming)
     trainer = DAPOTrainer(
         model=model_args.model_name_or_path if prepared is None else prepared["model"],
         reward_funcs=reward,
@@ -493,59 +546,77 @@ def run_real(
         peft_config=get_peft_config(model_args),
     )
     use_console(trainer, script_args, demo=False)
+    heldout = load_heldout(script_args) if script_args.eval_dataset_name else None
+    seconds = dict(prepared["seconds"]) if prepared is not None else {}
+    before = None
+    if heldout is not None and script_args.eval_before_rl:
+        before = load_before(training_args.output_dir) if resuming else None
+        if before is None:
+            before = heldout_evaluation(
+                trainer.model, trainer.processing_class, heldout, record, engine=evaluation_engine(trainer)
+            )
+            seconds["eval_before"] = before["seconds"]
+            if training_args.process_index == 0:
+                save_before(training_args.output_dir, before)
+        logger.info(f"held-out accuracy before RL: {before['accuracy']:.3f} ({before['sampling']}, n={before['n']})")
     rl_started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
-    summary: dict = {"task": script_args.dataset_name, "optimizer_steps": trainer.state.global_step}
+    seconds["rl"] = time.perf_counter() - rl_started
+    summary: dict = {
+        "task": f"{_name(model_args.model_name_or_path)}, trained on {_name(script_args.dataset_name)}",
+        "optimizer_steps": trainer.state.global_step,
+    }
     if prepared is not None:
-        summary.update(
-            finish_real_model(prepared, trainer, training_args, rl_seconds=time.perf_counter() - rl_started)
+        summary.update({key: prepared[key] for key in ("warmup", "trainable_parameters") if key in prepared})
+    if heldout is not None:
+        after = heldout_evaluation(
+            trainer.model, trainer.processing_class, heldout, record, engine=evaluation_engine(trainer)
         )
-    if script_args.eval_dataset_name:
-        eval_set = load_math_dataset(
-            script_args.eval_dataset_name,
-            split=script_args.eval_split,
-            conversational=script_args.conversational,
-            system_prompt=script_args.system_prompt,
-            max_samples=script_args.eval_max_samples,
+        seconds["eval_after"] = after["seconds"]
+        summary["eval"] = {key: value for key, value in after.items() if key not in ("correct", "examples")}
+        summary["heldout"] = (
+            paired_result(before, after)
+            if before is not None
+            else {"after": after["accuracy"], "n": after["n"], "sampling": after["sampling"]}
         )
-        # scored as `python -m dapo_trl.evaluation` scores this run folder by default
-        scorer, extractor, equivalent = _verifier_functions("strict", script_args.reward_rule)
-        summary["eval"] = evaluate(
-            trainer.model,
-            eval_set,
-            k=record.evaluation.k,
-            temperature=record.evaluation.temperature,
-            top_p=record.evaluation.top_p,
-            max_new_tokens=record.evaluation.max_new_tokens,
-            batch_size=record.evaluation.batch_size,
-            seed=record.evaluation.seed,
-            tokenizer=trainer.processing_class,
-            use_chat_template=record.prompt_format.conversational,
-            chat_template_kwargs=record.prompt_format.chat_template_kwargs,
-            max_prompt_length=record.prompt_format.max_prompt_length,
-            prompt_truncation_side=record.prompt_format.prompt_truncation_side,
-            scorer=scorer,
-            answer_extractor=extractor,
-            answer_equivalent=equivalent,
-        )
+        summary["heldout_set"] = script_args.eval_dataset_name
+        if before is not None:
+            summary["heldout_before"] = before
+        summary["heldout_after"] = after
+    summary["seconds"] = {**seconds, "total": sum(seconds.values())}
     finish(trainer, summary)
     return summary
 
 
+def is_resuming(training_args: DAPOConfig) -> bool:
+    """Whether `train()` will load a checkpoint: `--resume_from_checkpoint`, or `--auto_resume` next to a complete one."""
+    from dapo_trl import latest_complete_checkpoint
+
+    if resume_argument(training_args.resume_from_checkpoint):
+        return True
+    return bool(training_args.auto_resume and latest_complete_checkpoint(training_args.output_dir))
+
+
+def _name(path: str) -> str:
+    """A model or data path as the summary names it: its last part (`outputs/run/` -> `run`)."""
+    return os.path.basename(os.path.normpath(path)) or path
+
+
 def prepare_real_model(
-    script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig
+    script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig, *, resuming: bool = False
 ) -> dict | None:
-    """With `sft_steps`, `train_top_layers` or `eval_before_rl`: the model loaded here, frozen below the top layers,
-    warmed up and scored on the held-out set (see `dapo_trl.run.warmup`); else None (the trainer loads the model)."""
-    if not (script_args.sft_steps or script_args.train_top_layers or script_args.eval_before_rl):
+    """
+    With `sft_steps` or `train_top_layers`: the model loaded here, frozen below the top layers and warmed up (see
+    `dapo_trl.run.warmup`); else None (the trainer loads the model). A resumed run skips the warm-up: the checkpoint
+    holds the weights it trained from them.
+    """
+    if not (script_args.sft_steps or script_args.train_top_layers):
         return None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from dapo_trl.run.data import load_math_dataset
-    from dapo_trl.run.warmup import freeze_below, heldout_accuracy, sft_warm_up
+    from dapo_trl.run.warmup import freeze_below, sft_warm_up
 
-    if script_args.eval_before_rl and not script_args.eval_dataset_name:
-        raise ValueError("eval_before_rl needs the held-out problems: set eval_dataset_name.")
     started = time.perf_counter()
     torch.manual_seed(training_args.seed)
     path = model_args.model_name_or_path
@@ -554,20 +625,14 @@ def prepare_real_model(
     out: dict = {"model": model, "tokenizer": tokenizer, "seconds": {"load": time.perf_counter() - started}}
     if script_args.train_top_layers:
         out["trainable_parameters"] = freeze_below(model, script_args.train_top_layers)
-
-    def load(name: str, **kwargs):
-        return load_math_dataset(
-            name,
-            dataset_format=script_args.dataset_format,
-            prompt_column=script_args.prompt_column or script_args.dataset_prompt_column,
-            answer_column=script_args.answer_column,
-            conversational=script_args.conversational,
-            system_prompt=script_args.system_prompt,
-            **kwargs,
+    if script_args.sft_steps and resuming:
+        logger.info("Resuming from a checkpoint: the supervised warm-up is skipped (the checkpoint holds its result).")
+    elif script_args.sft_steps:
+        sft_set = load_math_dataset(
+            script_args.sft_dataset_name or script_args.dataset_name,
+            keep_columns=["target"],
+            **data_settings(script_args),
         )
-
-    if script_args.sft_steps:
-        sft_set = load(script_args.sft_dataset_name or script_args.dataset_name, keep_columns=["target"])
         out["warmup"] = sft_warm_up(
             model,
             tokenizer,
@@ -577,56 +642,19 @@ def prepare_real_model(
             batch_size=script_args.sft_batch_size,
             lr=script_args.sft_learning_rate,
             seed=training_args.seed,
+            progress=training_args.process_index == 0,
         )
         out["seconds"]["warmup"] = out["warmup"]["seconds"]
         logger.info(f"warm-up: {script_args.sft_steps} steps in {out['warmup']['seconds']:.0f} s")
-    if script_args.eval_before_rl:
-        out["heldout"] = load(
-            script_args.eval_dataset_name, split=script_args.eval_split, max_samples=script_args.eval_max_samples
-        )
-        out["before"] = heldout_accuracy(
-            model,
-            tokenizer,
-            out["heldout"]["prompt"],
-            out["heldout"]["answer"],
-            max_new_tokens=training_args.max_completion_length,
-        )
-        out["seconds"]["eval_before"] = out["before"]["seconds"]
-        logger.info(f"held-out accuracy before RL: {out['before']['accuracy']:.3f} (n={out['before']['n']})")
     return out
 
 
-def finish_real_model(prepared: dict, trainer: DAPOTrainer, training_args: DAPOConfig, *, rl_seconds: float) -> dict:
-    """The held-out score after RL paired with the one before, the warm-up and the time split, for eval_summary.json."""
-    from dapo_trl.run.warmup import heldout_accuracy, paired_change
-
-    summary: dict = {"seconds": {**prepared["seconds"], "rl": rl_seconds}}
-    for key in ("warmup", "trainable_parameters"):
-        if key in prepared:
-            summary[key] = prepared[key]
-    if "before" in prepared:
-        heldout = prepared["heldout"]
-        after = heldout_accuracy(
-            trainer.model,
-            prepared["tokenizer"],
-            heldout["prompt"],
-            heldout["answer"],
-            max_new_tokens=training_args.max_completion_length,
-        )
-        summary["seconds"]["eval_after"] = after["seconds"]
-        summary["heldout"] = paired_change(prepared["before"], after)
-        summary["heldout_before"], summary["heldout_after"] = prepared["before"], after
-        logger.info(
-            "held-out accuracy {before:.3f} -> {after:.3f}: change {change:+.3f} (paired SE {paired_se:.3f}, "
-            "n={n})".format(**summary["heldout"])
-        )
-    summary["seconds"]["total"] = sum(summary["seconds"].values())
-    return summary  # finish() writes it to eval_summary.json
-
-
-def make_run_record(script_args: MathScriptArguments, training_args: DAPOConfig) -> RunRecord:
-    """The prompt format and evaluation settings of a run, written to its folder for `dapo_trl.evaluation`."""
+def make_run_record(
+    script_args: MathScriptArguments, training_args: DAPOConfig, model_args: ModelConfig | None = None
+) -> RunRecord:
+    """How the run read its data, formatted its prompts and evaluates, written to its folder for every evaluation."""
     return RunRecord(
+        data_format=DataFormat(**_data_format(script_args)),
         prompt_format=PromptFormat(
             conversational=script_args.conversational,
             system_prompt=script_args.system_prompt,
@@ -641,8 +669,20 @@ def make_run_record(script_args: MathScriptArguments, training_args: DAPOConfig)
             max_new_tokens=training_args.max_completion_length,
             seed=training_args.seed,
             reward_rule=script_args.reward_rule,
+            backend="vllm" if training_args.use_vllm else "transformers",
+            vllm_dtype=_vllm_dtype(training_args, model_args) if training_args.use_vllm else None,
         ),
     )
+
+
+def _vllm_dtype(training_args: DAPOConfig, model_args: ModelConfig | None) -> str | None:
+    """The dtype the run's vLLM engine served (`vllm_dtype`, with "auto" resolved as the trainer does where known)."""
+    if training_args.vllm_dtype != "auto":
+        return training_args.vllm_dtype
+    if training_args.bf16 or training_args.fp16:
+        return "bfloat16" if training_args.bf16 else "float16"
+    dtype = getattr(model_args, "dtype", None)
+    return dtype if dtype in ("float32", "bfloat16", "float16") else None
 
 
 # ---------------------------------------------------------------------------------------------------------- outputs
@@ -669,23 +709,49 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
 
 
 def summary_rows(summary: dict, output_dir: str) -> list[tuple[str, str]]:
-    """The end-of-run summary's lines, as (name, value)."""
+    """The end-of-run summary's lines, as (name, value): one held-out result, before and after RL, first."""
+    from dapo_trl.run.heldout import describe_heldout
+
     rows = []
-    if "accuracy_before_rl" in summary:
-        before, after = summary["accuracy_before_rl"], summary["accuracy_after_rl"]
-        size = f"{summary['heldout_problems']} problems x {summary['samples_per_problem']} samples"
-        rows.append(("held-out accuracy", f"{before:.3f} -> {after:.3f}   (after warm-up -> after DAPO; {size})"))
-        rows.append(("time", f"warm-up {summary['warmup_seconds']} s, DAPO {summary['rl_seconds']} s"))
-    rows += [(name, f"{value:.4f}") for name, value in summary.get("eval", {}).items() if isinstance(value, float)]
+    if "heldout" in summary:
+        rows.append(("held-out accuracy", describe_heldout(summary["heldout"])))
+        detail = heldout_detail(summary.get("eval", {}))
+        if detail:
+            rows.append(("  after RL", detail))
+    seconds = summary.get("seconds") or {"warmup": summary.get("warmup_seconds"), "rl": summary.get("rl_seconds")}
+    spent = [f"{label} {seconds[key]:.0f} s" for key, label in TIME_LABELS if seconds.get(key) is not None]
+    if spent:
+        rows.append(("time", ", ".join(spent)))
     rows.append(("optimizer steps", str(summary["optimizer_steps"])))
     rows.append(("run folder", f"{output_dir}  (every metric: metrics.jsonl; curves: training_curves.png)"))
     diagnoses = summary.get("diagnoses", [])
     rows.append(("diagnoses fired", str(len(diagnoses))))
     rows += [(f"  step {d['step']}", f"{d['name']}: {d.get('symptom', '')}".rstrip(": ")) for d in diagnoses]
-    if "accuracy_before_rl" in summary:
-        heldout = os.path.join(output_dir, HELDOUT_FILE)
-        rows.append(("re-evaluate", f"python -m dapo_trl.evaluation --model {output_dir} --dataset {heldout}"))
+    if summary.get("heldout_set"):
+        rows.append(
+            ("re-evaluate", f"python -m dapo_trl.evaluation --model {output_dir} --dataset {summary['heldout_set']}")
+        )
     return rows
+
+
+# (key of the summary's `seconds`, label of the summary's time line)
+TIME_LABELS = (
+    ("warmup", "warm-up"),
+    ("eval_before", "held-out before RL"),
+    ("rl", "DAPO"),
+    ("eval_after", "held-out after RL"),
+)
+
+
+def heldout_detail(metrics: dict) -> str:
+    """The evaluation's other figures on one line (pass@k and maj@k with k > 1, answers missing, completion length)."""
+    k = metrics.get("k", 1)
+    parts = [f"{name} {metrics[name]:.3f}" for name in (f"pass@{k}", f"maj@{k}") if k > 1 and name in metrics]
+    if "no_answer_frac" in metrics:
+        parts.append(f"no answer {metrics['no_answer_frac']:.3f}")
+    if "mean_completion_chars" in metrics:
+        parts.append(f"mean completion {metrics['mean_completion_chars']:.1f} chars")
+    return " | ".join(parts)
 
 
 if __name__ == "__main__":

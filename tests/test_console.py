@@ -75,3 +75,12 @@ def test_quiet_logs_keeps_only_errors_and_restores_the_levels(caplog):
         logging.getLogger("dapo_trl.trainer").warning("after")
     assert [r.getMessage() for r in caplog.records] == ["shown", "after"]
     assert (hf_logging.get_verbosity(), ours.level) == before
+
+
+def test_doctests():
+    """Among them: a name longer than the value column still leaves two spaces before its value."""
+    import doctest
+
+    from dapo_trl.run import console
+
+    assert doctest.testmod(console).failed == 0

@@ -284,7 +284,7 @@ def test_unreadable_run_record_is_named(saved_model, capsys):
         (["--model", "outputs/run", "--dataset", "data.jsonl", "--max_samples", "0"], "--max_samples"),
         (["--model", "outputs/run", "--dataset", "data.jsonl", "--max_new_tokens", "-1"], "--max_new_tokens"),
         (["--model", "outputs/run", "--dataset", "data.jsonl", "--top_p", "1.5"], "--top_p"),
-        (["--model", "outputs/run", "--dataset", "data.jsonl", "--temperature", "0"], "--temperature"),
+        (["--model", "outputs/run", "--dataset", "data.jsonl", "--temperature", "-1"], "--temperature"),
     ],
 )
 def test_cli_bad_input_stops_at_argparse_naming_the_flag_or_path(saved_model, argv, named, capsys):

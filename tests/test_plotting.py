@@ -80,18 +80,34 @@ def test_heldout_accuracy_is_plotted():
     plt.close(fig)
 
 
-def test_before_filtering_shows_when_it_equals_the_rollout_line():
-    """All groups informative: the "before filtering" reward equals the rollout reward step for step."""
+def test_the_rollout_reward_is_drawn_once_with_dynamic_sampling():
+    """With dynamic sampling TRL's `reward` is merged over every generated row: the "before filtering" curve itself."""
     import matplotlib.pyplot as plt
 
     from dapo_trl.run.plotting import training_curves_figure
 
-    history = [{"step": s, "reward": s / 10, "dynamic_sampling/reward_before_filter": s / 10} for s in range(1, 6)]
+    history = [
+        {"step": s, "reward": s / 10, "dynamic_sampling/reward_before_filter": s / 10, "accuracy": 0.5}
+        for s in range(1, 6)
+    ]
     fig = training_curves_figure(history)
-    lines = {line.get_label(): line for line in _panel(fig, "reward").lines}
-    before, rollout = lines["before filtering"], lines["rollout reward"]
-    assert list(before.get_ydata()) == list(rollout.get_ydata())
-    assert before.get_zorder() > rollout.get_zorder()  # drawn on top ...
-    assert (before.get_linestyle(), before.get_marker()) != (rollout.get_linestyle(), rollout.get_marker())
-    assert before.get_linewidth() < rollout.get_linewidth()  # ... and thinner, so the one under shows around it
+    assert [line.get_label() for line in _panel(fig, "reward").lines] == ["before filtering"]
+    # without dynamic sampling, TRL's rollout values are the only ones and are drawn
+    assert [line.get_label() for line in _panel(fig, "accuracy").lines] == ["rollout accuracy"]
+    plt.close(fig)
+
+
+def test_heldout_measurements_are_points_and_steps_whole_numbers():
+    """Two held-out measurements (before and after RL) are not a trend: no line joins them; no step 2.5 tick."""
+    import matplotlib.pyplot as plt
+
+    from dapo_trl.run.plotting import heldout_points, training_curves_figure
+
+    history = [{"step": s, "reward": s / 10} for s in range(1, 4)]
+    fig = training_curves_figure(history, heldout=heldout_points({"heldout": {"before": 0.3, "after": 0.6}}, 3))
+    heldout = next(line for line in _panel(fig, "accuracy").lines if line.get_label() == "held-out accuracy")
+    assert list(heldout.get_xdata()) == [0, 3] and heldout.get_linestyle() == "None"
+    fig.canvas.draw()
+    ticks = _panel(fig, "reward").get_xticks()
+    assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks)
     plt.close(fig)

@@ -511,6 +511,35 @@ def test_summary_lists_the_diagnoses_that_fired():
     assert ("diagnoses fired", "0") in rows
 
 
+def test_the_summary_box_gives_one_heldout_result_sampled_as_it_says():
+    from dapo_trl.run.console import format_summary
+
+    summary = {
+        "task": "SmolLM2-135M-Instruct, trained on train_one_step.jsonl",
+        "optimizer_steps": 6,
+        "heldout": {
+            "before": 0.333,
+            "after": 0.647,
+            "change": 0.314,
+            "paired_se": 0.045,
+            "n": 150,
+            "sampling": "greedy, k=1",
+        },
+        "eval": {"k": 1, "avg@1": 0.647, "pass@1": 0.647, "maj@1": 0.647, "mean_completion_chars": 21.0333},
+        "heldout_set": "heldout_one_step.jsonl",
+        "seconds": {"warmup": 107.0, "eval_before": 30.2, "rl": 784.0, "eval_after": 24.0, "total": 945.2},
+    }
+    rows = train_math.summary_rows(summary, "out")
+    assert [name for name, _ in rows].count("held-out accuracy") == 1
+    assert dict(rows)["held-out accuracy"] == (
+        "0.333 -> 0.647  (change +0.314, paired SE 0.045; 150 problems, greedy, k=1)"
+    )
+    assert not any(name.startswith(("avg@", "pass@", "maj@")) for name, _ in rows)  # no second held-out number
+    box = format_summary(f"dapo-trl: {summary['task']}", rows, [])
+    assert "mean completion 21.0 chars" in box and "re-evaluate" in box
+    assert "time                warm-up 107 s, held-out before RL 30 s, DAPO 784 s, held-out after RL 24 s" in box
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # open-r1 recipes
 # ---------------------------------------------------------------------------------------------------------------------

@@ -230,3 +230,11 @@ def test_public_api_resolves_and_is_typed():
     for name in dapo_trl.__all__:
         assert getattr(dapo_trl, name) is not None, name
     assert (pathlib.Path(dapo_trl.__file__).parent / "py.typed").exists()
+
+
+def test_doctests():
+    import doctest
+
+    from dapo_trl import _compat
+
+    assert doctest.testmod(_compat).failed == 0

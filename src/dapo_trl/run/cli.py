@@ -36,14 +36,14 @@ def require_positive(parser: argparse.ArgumentParser, names: tuple[str, ...]) ->
             action.type = positive_int
 
 
-def positive_float(text: str) -> float:
-    """argparse `type` for a finite float > 0 (`--temperature`)."""
+def non_negative_float(text: str) -> float:
+    """argparse `type` for a finite float >= 0 (`--temperature`, where 0 is greedy decoding)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 

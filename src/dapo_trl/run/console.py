@@ -61,7 +61,21 @@ SUMMARY_METRICS: tuple[tuple[str, str], ...] = (
 def format_summary(title: str, rows: list[tuple[str, str]], log_history: list[dict[str, Any]], width: int = 72) -> str:
     """
     The end-of-run summary: `title`, the `(name, value)` rows, then the last logged value of each of
-    [`SUMMARY_METRICS`] found in `log_history` (a Trainer's `state.log_history`).
+    [`SUMMARY_METRICS`] found in `log_history` (a Trainer's `state.log_history`). Values start in one column, at least
+    two spaces after the longest name.
+
+    Example:
+    ```python
+    >>> print(format_summary("run", [("optimizer steps", "2"), ("mean_completion_chars", "21.0")], [], width=30))
+    <BLANKLINE>
+    ==============================
+    run
+    ------------------------------
+    optimizer steps        2
+    mean_completion_chars  21.0
+    ==============================
+
+    ```
     """
     last = {key: value for entry in log_history for key, value in entry.items() if value is not None}
     logged = [f"{label} {last[key]:.3g}" for key, label in SUMMARY_METRICS if isinstance(last.get(key), int | float)]
@@ -70,7 +84,8 @@ def format_summary(title: str, rows: list[tuple[str, str]], log_history: list[di
     underfilled = max((e.get("dynamic_sampling/underfilled_steps") or 0 for e in log_history), default=0)
     if underfilled:
         rows = [*rows, ("underfilled steps", f"{underfilled:.0f} (warned once; dynamic_sampling/underfilled_steps)")]
-    lines = ["", "=" * width, title, "-" * width, *(f"{name:<20}{value}" for name, value in rows), "=" * width]
+    column = max([20, *(len(name) + 2 for name, _ in rows)])
+    lines = ["", "=" * width, title, "-" * width, *(f"{name:<{column}}{value}" for name, value in rows), "=" * width]
     return "\n".join(lines)
 
 

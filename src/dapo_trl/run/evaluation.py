@@ -246,7 +246,7 @@ def sample_completions(
     gen_kwargs: dict[str, Any] = {
         "max_new_tokens": max_new_tokens,
         "do_sample": do_sample,
-        "num_return_sequences": k,
+        "num_return_sequences": k if do_sample else 1,  # greedy: one completion, repeated (generate refuses k > 1)
         "pad_token_id": tokenizer.pad_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
@@ -267,9 +267,10 @@ def sample_completions(
                 ids, _ = truncate_prompt_ids(ids, max_prompt_length, prompt_truncation_side)
             enc = tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(device)
             with torch.no_grad():
-                generated = model.generate(**enc, **gen_kwargs)  # (len(chunk) * k, P + C)
+                generated = model.generate(**enc, **gen_kwargs)  # (len(chunk) * k, P + C); len(chunk) when greedy
             decoded = tokenizer.batch_decode(generated[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-            out.extend(decoded[i * k : (i + 1) * k] for i in range(len(chunk)))
+            per_prompt = k if do_sample else 1
+            out.extend(decoded[i * per_prompt : (i + 1) * per_prompt] * (k // per_prompt) for i in range(len(chunk)))
     finally:
         tokenizer.padding_side = previous_side
         model.train(was_training)
@@ -310,7 +311,7 @@ def encode_prompts(
 
 
 def _sample_vllm(
-    model_path: str,
+    model_path: str | None,
     prompts: Sequence[str | list[dict[str, str]]],
     *,
     k: int,
@@ -322,33 +323,57 @@ def _sample_vllm(
     tokenizer: Any = None,
     max_prompt_length: int | None = None,
     prompt_truncation_side: str = "left",
-) -> list[list[str]]:  # pragma: no cover - vLLM needs CUDA; this branch is not exercised by the test suite
-    from vllm import LLM, SamplingParams
+    engine: Any = None,
+    dtype: str | None = None,
+) -> list[list[str]]:
+    """
+    `k` completions per prompt from vLLM: from `engine` (an `LLM` already holding the weights, e.g. a trainer's
+    colocated one) or else a new `LLM` loaded from `model_path` (in `dtype`, default vLLM's choice). Prompts are
+    rendered and cut as [`sample_completions`] does; `temperature=0` is greedy.
+    """
+    from vllm import SamplingParams
 
-    llm = LLM(model=model_path, seed=seed or 0)
+    if engine is None:
+        from vllm import LLM
+
+        engine = LLM(model=model_path, seed=seed or 0, **({"dtype": dtype} if dtype else {}))
     params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
-    if max_prompt_length is not None:  # cut as in training: render, tokenise, truncate, pass token ids
+    texts, special = encode_prompts(tokenizer, prompts, chat_template_kwargs=chat_template_kwargs)
+    ids = tokenizer(texts, add_special_tokens=special)["input_ids"]  # as in training: render, tokenise, cut
+    if max_prompt_length is not None:
         from ..trainer.dataset_checks import truncate_prompt_ids
 
-        texts, special = encode_prompts(tokenizer, prompts, chat_template_kwargs=chat_template_kwargs)
-        ids = tokenizer(texts, add_special_tokens=special)["input_ids"]
         ids, _ = truncate_prompt_ids(ids, max_prompt_length, prompt_truncation_side)
-        results = llm.generate([{"prompt_token_ids": list(i)} for i in ids], params)
-    elif all(isinstance(p, str) for p in prompts):
-        results = llm.generate(list(prompts), params)
-    else:
-        results = llm.chat([list(p) for p in prompts], params, chat_template_kwargs=chat_template_kwargs or None)
+    results = engine.generate([{"prompt_token_ids": list(i)} for i in ids], params, use_tqdm=False)
     return [[o.text for o in r.outputs] for r in results]
 
 
-def _vllm_available() -> bool:
+def vllm_installed() -> bool:
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
+    return importlib.util.find_spec("vllm") is not None
 
-    return torch.cuda.is_available()
+
+def choose_backend(
+    requested: str, *, model_is_path: bool, run_used_vllm: bool, vllm_importable: bool, cuda: bool
+) -> str:
+    """
+    The generation backend of an evaluation: `requested` unless it is `"auto"`, which picks vLLM for a saved model
+    when vLLM is importable and either a GPU is there or the run that trained the model generated with vLLM (vLLM's
+    CPU build then runs here too), else transformers.
+
+    Example:
+    ```python
+    >>> choose_backend("auto", model_is_path=True, run_used_vllm=True, vllm_importable=True, cuda=False)
+    'vllm'
+    >>> choose_backend("auto", model_is_path=True, run_used_vllm=True, vllm_importable=False, cuda=False)
+    'transformers'
+
+    ```
+    """
+    if requested != "auto":
+        return requested
+    return "vllm" if model_is_path and vllm_importable and (cuda or run_used_vllm) else "transformers"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -469,6 +494,8 @@ def evaluate(
     seed: int | None = 0,
     progress: bool = True,
     return_samples: bool = False,
+    vllm_engine: Any = None,
+    vllm_dtype: str | None = None,
 ) -> dict[str, Any]:
     """
     Sample `k` completions per prompt and report avg@k, pass@k and maj@k.
@@ -479,14 +506,17 @@ def evaluate(
     Args:
         model_or_path (`PreTrainedModel` or `str`):
             A model, or the path of a saved checkpoint (loaded with `AutoModelForCausalLM`, on CUDA when available).
+        temperature (`float`, *optional*, defaults to `1.0`):
+            Sampling temperature; `0` is greedy decoding (top-p then plays no part).
         dataset (`datasets.Dataset`):
             With `prompt` (string or chat-message list) and `answer` columns, as [`dapo_trl.run.data.load_math_dataset`]
             returns.
         k (`int`, *optional*, defaults to `32`):
             Samples per prompt.
         backend (`str`, *optional*, defaults to `"auto"`):
-            `"transformers"` (`generate`), `"vllm"` (needs a path and CUDA) or `"auto"` (vLLM when importable with a
-            GPU and given a path, else transformers).
+            `"transformers"` (`generate`), `"vllm"` (a saved model's path, or `vllm_engine`) or `"auto"` (see
+            [`choose_backend`]: vLLM when importable and given a path, with a GPU or when the model's run record says
+            its run generated with vLLM; else transformers).
         scorer (`Callable[[str, str], bool]`, *optional*):
             `(completion, answer) -> correct`. Defaults to `dapo_trl.verifier.score_completion`.
         answer_extractor (`Callable[[str], str | None]`, *optional*):
@@ -513,6 +543,11 @@ def evaluate(
             Prompts per `generate` call (each with `k` samples).
         return_samples (`bool`, *optional*, defaults to `False`):
             Also return the completions, extracted answers and verdicts under `"samples"`.
+        vllm_engine (`vllm.LLM`, *optional*):
+            An engine that already holds the model's weights (a trainer's colocated one, synced): sample with it
+            instead of loading the model again; implies `backend="vllm"` and needs `tokenizer`.
+        vllm_dtype (`str`, *optional*):
+            Dtype of a vLLM engine loaded from the path (default: the run record's, else vLLM's choice).
 
     Returns:
         `dict[str, Any]`: `avg@k`, `pass@j` for j in [`pass_ks`], `maj@k`, `num_prompts`, `k`,
@@ -526,10 +561,24 @@ def evaluate(
     scorer = scorer or _verifier_scorer
     answer_extractor = answer_extractor or _verifier_extract
     answer_equivalent = answer_equivalent or _verifier_equivalent
-    if backend == "auto":
-        backend = "vllm" if isinstance(model_or_path, str) and _vllm_available() else "transformers"
-    if backend == "vllm" and not isinstance(model_or_path, str):
-        raise ValueError("backend='vllm' needs the path of a saved model, not a model object.")
+    record = _run_record_of(model_or_path)
+    recorded = record.evaluation if record is not None else None
+    if vllm_engine is not None:
+        backend = "vllm"
+    elif backend == "auto":
+        import torch
+
+        backend = choose_backend(
+            backend,
+            model_is_path=isinstance(model_or_path, str),
+            run_used_vllm=recorded is not None and recorded.backend == "vllm",
+            vllm_importable=vllm_installed(),
+            cuda=torch.cuda.is_available(),
+        )
+    if backend == "vllm" and vllm_engine is None and not isinstance(model_or_path, str):
+        raise ValueError("backend='vllm' needs the path of a saved model (or vllm_engine=), not a model object.")
+    if vllm_dtype is None and recorded is not None:
+        vllm_dtype = recorded.vllm_dtype
 
     if tokenizer is None:
         if not isinstance(model_or_path, str):
@@ -549,9 +598,9 @@ def evaluate(
         prompts, answers, unscorable = _drop_unscorable(prompts, answers)
 
     logger.info("Sampling %d x %d completions with %s.", len(prompts), k, backend)
-    if backend == "vllm":  # pragma: no cover - needs CUDA
+    if backend == "vllm":  # the vllm tier runs it (tests/test_vllm.py)
         completions = _sample_vllm(
-            model_or_path,
+            model_or_path if isinstance(model_or_path, str) else None,
             prompts,
             k=k,
             max_new_tokens=max_new_tokens,
@@ -562,6 +611,8 @@ def evaluate(
             tokenizer=tokenizer,
             max_prompt_length=max_prompt_length,
             prompt_truncation_side=prompt_truncation_side,
+            engine=vllm_engine,
+            dtype=vllm_dtype,
         )
     else:
         model = model_or_path
@@ -580,6 +631,7 @@ def evaluate(
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             top_p=top_p,
+            do_sample=temperature > 0,
             batch_size=batch_size,
             seed=seed,
             progress=progress,
@@ -615,9 +667,7 @@ def _prompt_format(
     prompt_truncation_side: str | None,
 ) -> tuple[bool, dict[str, Any], int | None, str]:
     """Fill the prompt-format settings not given from the run record of `model_or_path`, if it has one."""
-    from .run_record import read_run_record
-
-    record = read_run_record(model_or_path) if isinstance(model_or_path, str) else None
+    record = _run_record_of(model_or_path)
     if record is not None:
         recorded = record.prompt_format
         use_chat_template = recorded.conversational if use_chat_template is None else use_chat_template
@@ -632,6 +682,13 @@ def _prompt_format(
                 "because it has one. Pass use_chat_template=False if the model was trained on plain-text prompts."
             )
     return use_chat_template, dict(chat_template_kwargs or {}), max_prompt_length, prompt_truncation_side or "left"
+
+
+def _run_record_of(model_or_path: Any) -> Any:
+    """The run record (`dapo_run.json`) of a saved model's folder, `None` for a model object or a folder without one."""
+    from .run_record import read_run_record
+
+    return read_run_record(model_or_path) if isinstance(model_or_path, str) else None
 
 
 def _as_format(prompt: Any, use_chat_template: bool) -> Any:
@@ -658,7 +715,7 @@ def build_parser() -> Any:
     """The evaluation command line's `argparse` parser (no file is touched by parsing alone)."""
     import argparse
 
-    from .cli import positive_float, positive_int, probability
+    from .cli import non_negative_float, positive_int, probability
     from .data import DATASET_FORMATS
 
     parser = argparse.ArgumentParser(
@@ -673,19 +730,26 @@ def build_parser() -> Any:
     data.add_argument("--dataset_config", default=None, help="Hub configuration of the dataset (e.g. 'main').")
     data.add_argument(
         "--dataset_format",
-        default="auto",
+        default=None,
         choices=DATASET_FORMATS,
         help="Where prompt and answer come from, and whether DAPO's template wraps the prompt (see "
-        "dapo_trl.run.data.load_math_dataset); 'auto': the columns decide.",
+        "dapo_trl.run.data.load_math_dataset). Default: the run record's (how the run read its data), else 'auto' "
+        "(the columns decide).",
     )
-    data.add_argument("--prompt_column", default=None, help="Prompt/problem column (default: the format's).")
-    data.add_argument("--answer_column", default=None, help="Answer column; dotted paths read dicts.")
+    data.add_argument(
+        "--prompt_column", default=None, help="Prompt/problem column (default: the run record's, else the format's)."
+    )
+    data.add_argument(
+        "--answer_column", default=None, help="Answer column; dotted paths read dicts (default: as --prompt_column)."
+    )
     data.add_argument("--no_template", action="store_true", help="Use raw problems, without DAPO's template.")
     data.add_argument("--max_samples", type=positive_int, default=None, help="Evaluate the first N prompts only.")
 
     sampling = parser.add_argument_group("sampling (default: the run record's, else DAPO §4.1's)")
     sampling.add_argument("--k", type=positive_int, default=None, help="Samples per prompt (default 32).")
-    sampling.add_argument("--temperature", type=positive_float, default=None, help="Default 1.0.")
+    sampling.add_argument(
+        "--temperature", type=non_negative_float, default=None, help="Default 1.0; 0 decodes greedily."
+    )
     sampling.add_argument("--top_p", type=probability, default=None, help="Default 0.7.")
     sampling.add_argument("--max_new_tokens", type=positive_int, default=None, help="Default 20480 (§4.1).")
     sampling.add_argument("--batch_size", type=positive_int, default=None, help="Prompts per generate call (8).")
@@ -694,7 +758,8 @@ def build_parser() -> Any:
         "--backend",
         default="auto",
         choices=("auto", "transformers", "vllm"),
-        help="Generation backend; 'auto': vLLM when importable with a GPU, else transformers.",
+        help="Generation backend; 'auto': vLLM when importable, with a GPU or when the run generated with vLLM "
+        "(its record says so), else transformers.",
     )
 
     prompt = parser.add_argument_group("prompt format (default: the run record's)")
@@ -770,6 +835,12 @@ def parse_cli(argv: Sequence[str] | None = None) -> Any:
         args.chat = "yes" if record.prompt_format.conversational else "no"
     if record is not None and args.system_prompt is None:
         args.system_prompt = record.prompt_format.system_prompt
+    if record is not None and args.dataset_format is None:  # read the file as the run read its data
+        data_format = record.data_format
+        args.dataset_format = data_format.dataset_format
+        args.prompt_column = args.prompt_column or data_format.prompt_column
+        args.answer_column = args.answer_column or data_format.answer_column
+    args.dataset_format = args.dataset_format or "auto"
     if record is not None:
         recorded = record.prompt_format
         args.max_prompt_length = args.max_prompt_length or recorded.max_prompt_length

@@ -47,23 +47,20 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "dynamic sampling",
         (
             ("dynamic_sampling/informative_frac", "informative fraction"),
-            ("dynamic_sampling/rounds", "rounds per batch"),
+            ("dynamic_sampling/rounds", "rounds per step"),
         ),
     ),
 )
 
-# Lines that may coincide with another: the filter keeps every group when all are informative, so "before filtering"
-# can equal the rollout value step for step. A wide pale line under a dashed one with hollow markers shows both.
-_UNDER = {"linewidth": 4, "alpha": 0.35, "zorder": 2}
-_OVER = {"linestyle": "--", "marker": "o", "fillstyle": "none", "markersize": 4, "zorder": 3}
-STYLES: dict[str, dict] = {
-    "reward": _UNDER,
-    "accuracy": _UNDER,
-    "dynamic_sampling/reward_before_filter": _OVER,
-    "dynamic_sampling/accuracy_before_filter": _OVER,
-    "eval_accuracy": {"marker": "D", "linewidth": 2, "zorder": 4},
+# With dynamic sampling, TRL's `reward` and `accuracy` are merged over every row generated for the step
+# (`DynamicSamplingMixin._merge_call_metrics`): the same values as the "before filtering" ones, drawn once.
+SAME_AS: dict[str, str] = {
+    "reward": "dynamic_sampling/reward_before_filter",
+    "accuracy": "dynamic_sampling/accuracy_before_filter",
 }
-HELDOUT_STYLE = {"marker": "D", "markersize": 7, "linestyle": ":", "color": "black", "zorder": 5}
+STYLES: dict[str, dict] = {"eval_accuracy": {"marker": "D", "linewidth": 2, "zorder": 4}}
+# Held-out accuracy is measured at a few steps (before and after RL): points, no line between them.
+HELDOUT_STYLE = {"marker": "D", "markersize": 7, "linestyle": "none", "color": "black", "zorder": 5}
 
 # The panel on which each diagnosis (`diagnostics/<name>`) is marked; others go on the first panel.
 DIAGNOSIS_PANELS: dict[str, str] = {
@@ -90,20 +87,22 @@ def series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[float
 
 def heldout_points(summary: dict, last_step: int) -> list[tuple[int, float]]:
     """
-    Held-out accuracy from a run's summary, as (step, value): the CPU demo's before/after RL measurement
-    (`accuracy_before_rl` at step 0, `accuracy_after_rl` at the last step), else the final evaluation's avg@k.
+    The run's held-out result as (step, accuracy) points: `summary["heldout"]`'s "before" (step 0, when measured)
+    and "after" (the last step), else the final evaluation's avg@k at the last step.
 
     Example:
     ```python
-    >>> heldout_points({"accuracy_before_rl": 0.45, "accuracy_after_rl": 0.54}, 300)
+    >>> heldout_points({"heldout": {"before": 0.45, "after": 0.54}}, 300)
     [(0, 0.45), (300, 0.54)]
     >>> heldout_points({"eval": {"avg@4": 0.25, "pass@4": 0.5, "k": 4}}, 20)
     [(20, 0.25)]
 
     ```
     """
-    if summary.get("accuracy_before_rl") is not None and summary.get("accuracy_after_rl") is not None:
-        return [(0, float(summary["accuracy_before_rl"])), (last_step, float(summary["accuracy_after_rl"]))]
+    heldout = summary.get("heldout") or {}
+    if heldout.get("after") is not None:
+        before = [(0, float(heldout["before"]))] if heldout.get("before") is not None else []
+        return [*before, (last_step, float(heldout["after"]))]
     evaluation = summary.get("eval") or {}
     avg = evaluation.get(f"avg@{evaluation.get('k')}")
     return [(last_step, float(avg))] if isinstance(avg, int | float) else []
@@ -138,9 +137,10 @@ def training_curves_figure(
 ):
     """
     The figure of the training curves, one panel per group of [`PANELS`]: reward and accuracy before/after filtering
-    (the "before filtering" line dashed with hollow markers over a wide pale rollout line, so that both show when they
-    are equal), held-out accuracy (`eval_accuracy` when the run evaluated, and the `heldout` points: (step, accuracy)),
-    entropy, response length, clip and truncation fractions, informative fraction and rounds per batch. Metrics that
+    (TRL's rollout values only without dynamic sampling, where they are the only ones; with it they equal the "before
+    filtering" ones, [`SAME_AS`]), held-out accuracy (`eval_accuracy` when the run evaluated, and the `heldout`
+    measurements as points: (step, accuracy)), entropy, response length, clip and truncation fractions, informative
+    fraction and rounds per step, on whole-number step ticks. Metrics that
     were never logged are left out. Each diagnosis that fired (`diagnostics/<name>` of [`DiagnosticsCallback`]) is
     marked by a dashed red line at its first step on the matching panel ([`DIAGNOSIS_PANELS`]) and listed under the
     figure.
@@ -149,12 +149,15 @@ def training_curves_figure(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for ax, (panel, keys) in zip(axes.flat, PANELS, strict=True):
         drawn = False
         for key, label in keys:
             steps, values = series(log_history, key)
+            if key in SAME_AS and series(log_history, SAME_AS[key])[0]:
+                continue
             if steps:
                 style = {"marker": "." if len(steps) < 30 else None, **STYLES.get(key, {})}
                 ax.plot(steps, values, label=label, **style)
@@ -164,6 +167,7 @@ def training_curves_figure(
             drawn = True
         ax.set_title(panel)
         ax.set_xlabel("optimizer step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         if drawn:
             ax.legend(fontsize=8)
         else:

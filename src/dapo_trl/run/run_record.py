@@ -3,6 +3,9 @@ What a training run writes next to its model so that evaluation reads the model 
 
 `examples/train_math.py` writes `dapo_run.json` into its output folder before training:
 
+- `data_format`: how prompts and answers were read from a data file (`load_math_dataset`'s `dataset_format`,
+  `prompt_column`, `answer_column`), so that a held-out file is read as the training file was (with or without the
+  DAPO template);
 - `prompt_format`: how a dataset row's prompt became model input: plain text tokenised as it is, or chat messages
   through the tokenizer's chat template (with the run's `chat_template_kwargs`), the system prompt if any, and the
   prompt-length limit;
@@ -28,6 +31,27 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 RUN_RECORD_FILE = "dapo_run.json"
+
+
+@dataclass
+class DataFormat:
+    """
+    How the run read its rows (see `dapo_trl.run.data.load_math_dataset`); held-out files are read the same way.
+
+    Args:
+        dataset_format (`str`, *optional*, defaults to `"auto"`):
+            The format asked for (`"auto"`: the columns decide). It decides whether the DAPO template wraps the prompt.
+        prompt_column (`str`, *optional*), answer_column (`str`, *optional*):
+            The columns asked for; `None` is the format's default.
+    """
+
+    dataset_format: str = "auto"
+    prompt_column: str | None = None
+    answer_column: str | None = None
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `load_math_dataset` that read a file as the run did."""
+        return asdict(self)
 
 
 @dataclass
@@ -60,7 +84,12 @@ class PromptFormat:
 
 @dataclass
 class EvalSettings:
-    """Sampling settings of a run's own evaluation (see `dapo_trl.evaluation.evaluate`)."""
+    """
+    Sampling settings of a run's own evaluation (see `dapo_trl.evaluation.evaluate`).
+
+    `temperature=0` is greedy decoding. `backend` is `"vllm"` when the run generated with vLLM (the evaluation then
+    samples with vLLM where it is installed), with the engine's `vllm_dtype`; else `"transformers"`.
+    """
 
     k: int
     temperature: float
@@ -69,6 +98,15 @@ class EvalSettings:
     batch_size: int = 8
     seed: int | None = 0
     reward_rule: str = "equivalence"
+    backend: str = "transformers"
+    vllm_dtype: str | None = None
+
+    def describe(self) -> str:
+        """How the completions are drawn, in words: `"greedy, k=1"`, `"temperature 1.0, top-p 0.7, k=4"`."""
+        if self.temperature == 0:
+            return f"greedy, k={self.k}"
+        top_p = f", top-p {self.top_p:g}" if self.top_p < 1 else ""
+        return f"temperature {self.temperature:g}{top_p}, k={self.k}"
 
 
 @dataclass
@@ -76,6 +114,7 @@ class RunRecord:
     prompt_format: PromptFormat
     evaluation: EvalSettings
     heldout: str | None = None
+    data_format: DataFormat = field(default_factory=DataFormat)
     path: str | None = field(default=None, compare=False)  # where it was read from
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +191,7 @@ def _parse(path: str) -> RunRecord:
             prompt_format=PromptFormat(**raw["prompt_format"]),
             evaluation=EvalSettings(**raw["evaluation"]),
             heldout=raw.get("heldout"),
+            data_format=DataFormat(**raw.get("data_format", {})),  # absent from records of earlier versions
             path=path,
         )
     except (OSError, ValueError, TypeError, KeyError) as error:

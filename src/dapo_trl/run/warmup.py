@@ -1,6 +1,7 @@
-"""A real model's path to RL on CPU: train only the top layers, a supervised format warm-up, a paired held-out check.
+"""A real model's path to RL on CPU: train only the top layers, a supervised format warm-up, a paired held-out change.
 
-Used by `examples/train_math.py` (`--sft_steps`, `--train_top_layers`, `--eval_before_rl`; `configs/smollm2_cpu.yaml`).
+Used by `examples/train_math.py` (`--sft_steps`, `--train_top_layers`; `configs/smollm2_cpu.yaml`); the held-out
+result before and after RL is `dapo_trl.run.heldout`'s.
 A pretrained instruct model asked for `Answer: <n>` is almost never right at first (it rambles and copies the
 instruction), so every group is all-wrong and RL has no signal; a few dozen supervised steps on worked answers put it
 in the mixed-correctness regime where it has (docs/real_model.md).
@@ -12,8 +13,6 @@ import math
 import time
 from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 
 def freeze_below(model: Any, train_layers: int) -> int:
@@ -50,10 +49,12 @@ def sft_warm_up(
     batch_size: int,
     lr: float,
     seed: int,
+    progress: bool = False,
 ) -> dict:
     """
     Supervised warm-up: `steps` AdamW steps of `batch_size` examples drawn at random, loss on the completion
-    (`target` + end of turn) only, linear warm-up over the first tenth then cosine decay. Returns the losses and time.
+    (`target` + end of turn) only, linear warm-up over the first tenth then cosine decay, with a progress bar when
+    `progress` (a real model's steps take seconds each on CPU). Returns the losses and time.
     """
     from datasets import Dataset
 
@@ -71,46 +72,9 @@ def sft_warm_up(
         seed=seed,
         warmup_steps=max(1, steps // 10),
         stop_accuracy=None,
-        progress=False,
+        progress=progress,
     )
     return {"steps": steps, "loss_first": losses[0], "loss_last": losses[-1], "seconds": time.perf_counter() - started}
-
-
-def heldout_accuracy(
-    model: Any, tokenizer: Any, prompts: Sequence, answers: Sequence[str], *, max_new_tokens: int
-) -> dict:
-    """
-    Greedy completion of every held-out prompt at the training length cap, scored by the verifier (strict
-    extraction): accuracy, its binomial standard error, and each problem's 0/1 result (for a paired comparison).
-    """
-    from dapo_trl.run.evaluation import sample_completions
-    from dapo_trl.verifier import extract_answer, score_completion
-
-    started = time.perf_counter()
-    state = torch.get_rng_state()  # evaluating must not move the training run's random stream
-    was_training = model.training
-    try:
-        groups = sample_completions(
-            model, tokenizer, list(prompts), k=1, max_new_tokens=max_new_tokens, do_sample=False, batch_size=50, seed=0
-        )
-    finally:
-        torch.set_rng_state(state)
-        model.train(was_training)
-    completions = [group[0] for group in groups]
-    correct = [
-        float(bool(score_completion(c, a, extraction="strict"))) for c, a in zip(completions, answers, strict=True)
-    ]
-    formatted = [extract_answer(c, extraction="strict") is not None for c in completions]
-    accuracy, se = mean_se(correct)
-    return {
-        "n": len(correct),
-        "accuracy": accuracy,
-        "accuracy_se": se,
-        "format_rate": sum(formatted) / len(formatted),
-        "correct": correct,
-        "examples": completions[:3],
-        "seconds": time.perf_counter() - started,
-    }
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
