@@ -150,3 +150,9 @@ def test_a_reference_to_another_section_is_a_link():
         for match in quoted.finditer(line)
     ]
     assert not found, "write these as [section](page.md#anchor) links:\n" + "\n".join(found)
+
+
+def test_the_readme_states_no_test_count_that_goes_stale():
+    """Test counts change with every test added: the README says how to print them (`--collect-only`) instead."""
+    counts = re.findall(r"\b\d[\d,]*\s+(?:tests|collected)\b", README.read_text())
+    assert not counts, f"README.md states test counts {counts}; point to `python -m pytest --collect-only -q`"
