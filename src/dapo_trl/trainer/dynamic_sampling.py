@@ -329,7 +329,8 @@ class DynamicSamplingMixin:
             fresh = _batch.keep_rows(fresh, torch.isin(fresh["_group"], _ids(plan.train + plan.carry, device)))
         pool = _batch.concat_rows([b for b in (self._carry, fresh) if b], pad_token_id=pad)
         del fresh
-        pool = self._agreed_widths(pool or _batch.select_rows(template, torch.zeros(0, dtype=torch.long)))
+        pool = pool or _batch.select_rows(template, torch.zeros(0, dtype=torch.long))
+        pool = self._agreed_widths(self._agreed_layout(pool))
         meta = self._gather_small(pool)  # per process: this process's rows' small facts
         exchange = plan_exchange([m["_group"] for m in meta], plan.train, self._ds_target * self.num_generations)
         if exchange.filler is None:  # no process holds a row: pad with this process's own template row
@@ -362,6 +363,37 @@ class DynamicSamplingMixin:
         else:
             self._carry, self._carry_groups, self._carry_table = None, 0, {}
         return train, facts, plan, missing
+
+    def _agreed_layout(self, rows: dict) -> dict:
+        """
+        `rows` with the keys, dtypes and trailing shapes of the processes that hold rows (a collective).
+
+        Every later collective of the assembly (`_agreed_widths`, `_gather_small`, `exchange_rows`) runs once per key,
+        so every process must hold the same keys, whatever it holds locally. A process without rows (no round this
+        step, and no carried group of its own; or a resume on another process count) builds its empty pool from a
+        template whose keys can differ from the rows the others carry (`_row`, `_carry_logps`): it takes their layout,
+        with zero rows.
+        """
+        if self.accelerator.num_processes == 1:
+            return rows
+        from accelerate.utils import gather_object
+
+        count = next(iter(rows.values())).size(0)
+        layout = {
+            key: (str(value.dtype).removeprefix("torch."), tuple(value.shape[1:])) for key, value in rows.items()
+        }
+        layouts = gather_object([(count, layout)])  # one entry per process
+        held = [theirs for n, theirs in layouts if n > 0]
+        agreed = held[0] if held else layouts[0][1]
+        if any(theirs.keys() != agreed.keys() for theirs in held):
+            raise RuntimeError(f"Processes hold rows with different keys: {[sorted(theirs) for theirs in held]}.")
+        if count > 0 or rows.keys() == agreed.keys():
+            return rows
+        device = self.accelerator.device
+        return {
+            key: torch.empty((0, *shape), dtype=getattr(torch, dtype), device=device)
+            for key, (dtype, shape) in agreed.items()
+        }
 
     def _agreed_widths(self, rows: dict) -> dict:
         """`rows` with every per-token tensor padded to the widest of any process (a collective)."""
