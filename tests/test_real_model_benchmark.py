@@ -306,3 +306,43 @@ def test_a_unit_with_other_settings_is_not_added_to_an_experiment(tmp_path):
         bench.check_unit_settings(bench.parse_args([*base, "--budget-tokens", "500"]))
     with pytest.raises(SystemExit, match=r"vllm: False there, True here"):
         bench.check_unit_settings(bench.parse_args([*base, "--vllm"]))
+
+
+def test_the_paired_protocol_shares_the_prompt_order_and_keeps_dapoconfigs_defaults(tmp_path):
+    from dapo_trl import DAPOConfig
+
+    bench = load_benchmark()
+    argv = ["--quick", "--model", str(tmp_path), "--phase", "unit", "--arms", "grpo", "--vllm", "--shared-order"]
+    args = bench.parse_args([*argv, "--overlong-buffer-len", "0", "--max-rounds", "0"])
+    grpo, dapo = (bench.arm_config(args, arm, str(tmp_path)) for arm in ("grpo", "dapo"))
+    assert not grpo.shuffle_dataset and not dapo.shuffle_dataset  # both read the harness's seeded order
+    defaults = DAPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    assert dapo.dynamic_sampling_max_rounds == defaults.dynamic_sampling_max_rounds
+    assert dapo.overlong_buffer_len == dapo.max_completion_length // 5  # DAPOConfig's default buffer
+    unpaired = bench.parse_args(argv[:-1])
+    assert bench.arm_config(unpaired, "dapo", str(tmp_path)).shuffle_dataset
+    assert args.code is not None and unpaired.code is None  # a paired unit records the commit it ran from
+    assert bench.arm_path(args, "dapo") != bench.arm_path(bench.parse_args([*argv, "--budget-tokens", "7"]), "dapo")
+
+
+@pytest.mark.parametrize(
+    ("tokens", "last", "past", "nearest"),
+    [
+        (9_000, 1_200, False, False),
+        (9_500, 1_200, False, True),
+        (10_000, 1_200, True, True),
+        (9_401, 1_200, False, True),
+    ],
+)
+def test_a_unit_stops_at_the_boundary_nearest_to_the_budget(tokens, last, past, nearest):
+    bench = load_benchmark()
+    assert bench.stop_at_boundary(tokens, 10_000, last, rule="past") is past
+    assert bench.stop_at_boundary(tokens, 10_000, last, rule="nearest") is nearest
+    with pytest.raises(ValueError, match="stop rule"):
+        bench.stop_at_boundary(tokens, 10_000, last, rule="closest")
+
+
+def test_per_problem_outcomes_round_trip():
+    bench = load_benchmark()
+    assert bench.outcomes([1.0, 0.0, 1.0]) == "101"
+    assert bench.read_outcomes(bench.outcomes([0.0, 1.0, 1.0, 0.0])) == [0, 1, 1, 0]
