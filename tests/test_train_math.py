@@ -540,6 +540,31 @@ def test_the_summary_box_gives_one_heldout_result_sampled_as_it_says():
     assert "time                warm-up 107 s, held-out before RL 30 s, DAPO 784 s, held-out after RL 24 s" in box
 
 
+@pytest.mark.integration
+def test_the_warm_up_shows_progress_and_a_resumed_run_skips_it(tmp_path, monkeypatch):
+    from dapo_trl import tiny_model_and_tokenizer
+
+    tiny_model_and_tokenizer(str(tmp_path / "model"), hidden_size=32)
+    (tmp_path / "sft.jsonl").write_text(json.dumps({"prompt": "1+1?", "answer": "2", "target": "2"}) + "\n")
+    calls = []
+    monkeypatch.setattr("dapo_trl.run.warmup.sft_warm_up", lambda *a, **kw: calls.append(kw) or {"seconds": 0.0})
+    script_args, training_args, model_args = train_math.parse_args(
+        ["--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(tmp_path / "sft.jsonl"),
+         "--sft_steps", "2", "--output_dir", str(tmp_path / "run"), *ON_CPU]
+    )  # fmt: skip
+    training_args.model_init_kwargs = {}
+    assert not train_math.is_resuming(training_args)
+    prepared = train_math.prepare_real_model(script_args, training_args, model_args, resuming=False)
+    assert len(calls) == 1 and calls[0]["progress"] is True and "warmup" in prepared
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    training_args.auto_resume = True
+    assert train_math.is_resuming(training_args)
+    prepared = train_math.prepare_real_model(script_args, training_args, model_args, resuming=True)
+    assert len(calls) == 1 and "warmup" not in prepared  # the checkpoint holds what the warm-up trained
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # open-r1 recipes
 # ---------------------------------------------------------------------------------------------------------------------
