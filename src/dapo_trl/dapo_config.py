@@ -341,10 +341,20 @@ class DAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        # TRL derives the generation batch from these when the user sets neither (its errors then name it anyway)
+        derived_generation_batch, steps_given = (
+            self.generation_batch_size is None,
+            self.steps_per_generation is not None,
+        )
         try:
             check_settings(self)
             _check_positive_counts(self)
-            super().__post_init__()
+            try:
+                super().__post_init__()
+            except ValueError as error:
+                if derived_generation_batch and "must be divisible by num_generations" in str(error):
+                    raise ValueError(_whole_groups_message(self, steps_given=steps_given)) from None
+                raise
             self._check_gguf()
             self._check_clipping()
             self._check_overlong()
@@ -511,6 +521,24 @@ def _check_positive_counts(config: DAPOConfig) -> None:
         value = getattr(config, name, None)
         if value is not None and value < 1:
             raise ValueError(f"{name} must be a positive integer or None, got {value}.")
+
+
+def _whole_groups_message(config: DAPOConfig, *, steps_given: bool) -> str:
+    """
+    TRL's "generation_batch_size must be divisible by num_generations" in the settings the user gave: TRL derives the
+    generation batch from them, so the user never set the size it names.
+    """
+    steps = config.steps_per_generation
+    processes = config.world_size
+    rows = config.per_device_train_batch_size * processes * steps
+    return (
+        f"A generation batch must hold whole groups of num_generations ({config.num_generations}) completions, but "
+        f"per_device_train_batch_size ({config.per_device_train_batch_size}) x processes ({processes}) x "
+        f"steps_per_generation ({steps}{'' if steps_given else ', = gradient_accumulation_steps'}) "
+        f"= {rows} rows. Set per_device_train_batch_size (or steps_per_generation) so that this product is a multiple "
+        f"of {config.num_generations}, e.g. per_device_train_batch_size={config.num_generations}, or change "
+        "num_generations."
+    )
 
 
 def _field_default(f: dataclasses.Field) -> Any:
