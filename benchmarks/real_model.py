@@ -1408,6 +1408,92 @@ def report_units(args: argparse.Namespace) -> dict:
     return data
 
 
+def paired_analysis() -> Any:
+    """`benchmarks/real_model_paired.py`, the pre-registered analysis, beside this script."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import real_model_paired
+
+    return real_model_paired
+
+
+def report_paired(args: argparse.Namespace) -> dict:
+    """
+    `--phase report` on `--shared-order` units: the pre-registered analysis (`real_model_paired.format_report`) in
+    `real_model.md` and `real_model_pairs.png`, and for a pilot (one pair evaluated along the way) the budget and
+    pair-count decisions in `pilot.md`. The numbers go under `analysis` in the JSON.
+    """
+    paired = paired_analysis()
+    out_dir = Path(args.results_dir)
+    path = units_path(args)
+    data = json.loads(path.read_text())
+    text, numbers = paired.format_report(data)
+    stem = "real_model_quick" if args.quick else "real_model"
+    (out_dir / f"{stem}.md").write_text(text)
+    units = [unit for arm in paired.PRIMARY for unit in paired.seeds_of(data, arm).values()]
+    if len(units) == 2 and all(len(unit.get("curve", [])) > 3 for unit in units):
+        pilot_text, numbers["pilot"] = paired.pilot_report(data)
+        (out_dir / "pilot.md").write_text(pilot_text)
+        text += "\n" + pilot_text
+    if not args.quick:
+        paired.plot_pairs(data, out_dir / f"{stem}_pairs.png")
+    data["analysis"] = json.loads(json.dumps(numbers, default=list))
+    path.write_text(json.dumps(data, indent=1))
+    print(text)
+    return data
+
+
+def rebuild_unit(args: argparse.Namespace) -> int:
+    """
+    `--phase rebuild --arms ARM --rl-seed S`: run one recorded unit again from the settings recorded in the results
+    JSON (into a scratch results folder) and compare its generated tokens, optimizer steps and per-problem held-out
+    outcomes with the recorded ones. Returns 0 when they all match. The unit's code commit is recorded: run from a
+    checkout of it (`git worktree add DIR COMMIT`) for an exact rebuild; another commit is named in a warning.
+    """
+    import tempfile
+
+    recorded = json.loads(units_path(args).read_text())
+    settings = recorded["settings"]
+    if len(args.arms) != 1 or args.rl_seed is None:
+        raise SystemExit("--phase rebuild takes one arm (--arms ARM) and its seed (--rl-seed S).")
+    arm, seed = args.arms[0], args.rl_seed
+    target = next((s for s in recorded["arms"].get(arm, {}).get("seeds", []) if s["seed"] == seed), None)
+    if target is None:
+        raise SystemExit(f"{units_path(args)} holds no unit {arm} seed {seed}.")
+    for key in UNIT_SETTINGS:
+        if key != "code" and key in settings:
+            setattr(args, key, settings[key])
+    here = code_version()
+    if settings.get("code") and here != settings["code"]:
+        logger.warning(
+            f"The unit ran from commit {settings['code']}, this checkout is {here}: for an exact rebuild run "
+            f"`git worktree add ../rebuild {settings['code'].removesuffix('+dirty')}` and this command there."
+        )
+    warm_dir, warmup = warm_up(args)
+    warmup["eval"] = None if args.eval_at_start else warmed_up_eval(args, warm_dir)
+    with tempfile.TemporaryDirectory() as scratch:
+        args.results_dir, args.code = scratch, settings.get("code")
+        started = time.perf_counter()
+        rebuilt = next(s for s in run_units(args, warm_dir, warmup)["arms"][arm]["seeds"] if s["seed"] == seed)
+    checks = {
+        "generated tokens": (target["generated_tokens"], rebuilt["generated_tokens"]),
+        "optimizer steps": (target["optimizer_steps"], rebuilt["optimizer_steps"]),
+        "held-out accuracy": (target["heldout_accuracy"], rebuilt["heldout_accuracy"]),
+    }
+    same = all(a == b for a, b in checks.values())
+    if "heldout_correct" in target:
+        differ = sum(a != b for a, b in zip(target["heldout_correct"], rebuilt["heldout_correct"], strict=True))
+        checks["problems scored differently"] = (0, differ)
+        same = same and differ == 0
+    for name, (want, got) in checks.items():
+        print(f"{name}: recorded {want}, rebuilt {got}")
+    print(
+        f"rebuilt {arm} seed {seed} in {(time.perf_counter() - started) / 60:.1f} min: {'identical' if same else 'DIFFERENT'}"
+    )
+    return 0 if same else 1
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1434,10 +1520,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="CI smoke: tiny sizes (a tiny random model without --model)")
     p.add_argument(
         "--phase",
-        choices=("all", "warmup", "report", "unit"),
+        choices=("all", "warmup", "report", "unit", "rebuild"),
         default="all",
         help="warmup: warm up and evaluate only; report: report the arms saved in the cache; all: also train the arms; "
-        "unit: train --arms at --rl-seed, one after the other, appending each to the results JSON (see run_units)",
+        "unit: train --arms at --rl-seed, one after the other, appending each to the results JSON (see run_units); "
+        "rebuild: run one recorded unit again from the settings in the results JSON and compare (see rebuild_unit)",
     )
     p.add_argument("--arms", nargs="+", choices=list(UNIT_ARMS), default=list(ARMS), help="arms to train")
     p.add_argument("--rl-seed", type=int, default=None, help="RL seed (default: --seed); data and warm-up keep --seed")
@@ -1543,7 +1630,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
             os.environ.setdefault(key, value)
     Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
     results = units_path(args)
+    if args.phase == "rebuild":
+        raise SystemExit(rebuild_unit(args))
     if args.phase == "report" and results.exists() and "arms" in json.loads(results.read_text()):
+        if json.loads(results.read_text()).get("settings", {}).get("shared_order"):
+            return report_paired(args)
         return report_units(args)
     if args.phase == "unit":
         check_unit_settings(args)
