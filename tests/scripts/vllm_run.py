@@ -1,7 +1,8 @@
 """DAPOTrainer with colocated vLLM on CPU, run as its own process (vLLM's offline engine needs a `__main__` guard).
 
 Usage: python tests/scripts/vllm_run.py OUT.json [--model DIR] [--steps N] [--dynamic-sampling] [--no-head-repack]
-[--save-steps N] [--resume CHECKPOINT] [--output-dir DIR] [--completion-length N] [--batch N]
+[--save-steps N] [--resume CHECKPOINT] [--output-dir DIR] [--completion-length N] [--batch N] [--untied]
+[--lora MODULES [--modules-to-save MODULES]] [--lr LR]
 
 After every weight sync it compares vLLM's log-probabilities of a fixed text with the trainer model's and writes,
 to OUT.json: the largest gap per generation, the weight syncs per optimizer step, the logged metrics and a checksum
@@ -47,6 +48,10 @@ def main() -> None:
     parser.add_argument("--round-sizing", default="adaptive")
     parser.add_argument("--vllm-dtype", default="auto")
     parser.add_argument("--unsaved-model", action="store_true", help="an in-memory model whose folder does not exist")
+    parser.add_argument("--untied", action="store_true", help="the tiny model with an output head of its own")
+    parser.add_argument("--lora", help="train a LoRA adapter on these comma-separated modules (PEFT)")
+    parser.add_argument("--modules-to-save", help="with --lora: train full copies of these comma-separated modules")
+    parser.add_argument("--lr", type=float, default=1e-3)
     options = parser.parse_args()
 
     import torch
@@ -64,6 +69,10 @@ def main() -> None:
     if folder is None:
         tokenizer = build_char_tokenizer()
         model = build_tiny_model(tokenizer, hidden_size=64, num_heads=2)  # head_dim 32: vLLM's CPU attention has no 16
+        if options.untied:
+            model.config.tie_word_embeddings = False
+            head = model.model.embed_tokens.weight.detach().clone()
+            model.lm_head.weight = torch.nn.Parameter(head + 0.02 * torch.randn_like(head))
         folder = str(Path(options.output_dir) / "model")
         if options.unsaved_model:
             folder = str(Path(options.output_dir) / "never-saved")
@@ -103,8 +112,21 @@ def main() -> None:
         expected = logits.log_softmax(-1).gather(1, torch.tensor(text_ids[1:])[:, None])[:, 0]
         return (served - expected).abs().max().item()
 
+    peft_config = None
+    if options.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=4,
+            lora_alpha=8,
+            lora_dropout=0.0,
+            target_modules=options.lora.split(","),
+            modules_to_save=options.modules_to_save.split(",") if options.modules_to_save else None,
+        )
+
     args = config(
         Path(options.output_dir),
+        learning_rate=options.lr,
         use_vllm=True,
         vllm_mode="colocate",
         vllm_max_model_length=128,
@@ -125,6 +147,7 @@ def main() -> None:
         args=args,
         train_dataset=scripted_dataset(),
         processing_class=tokenizer,
+        peft_config=peft_config,
     )
     trainer.train(resume_from_checkpoint=options.resume)
     history = trainer.state.log_history
