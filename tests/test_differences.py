@@ -280,3 +280,23 @@ def test_difference_17_sequence_level_clip_ratios_are_trls_without_dynamic_sampl
         trainer.train()
         assert "clip_ratio/region_mean" in trainer.state.log_history[0]
     assert recomputed and all(recomputed), "recomputed only with dynamic sampling (no padding rows without it)"
+
+
+def test_difference_18_vllm_dtype_auto_is_the_trainers_on_cpu_and_vllms_choice_on_a_gpu():
+    from dapo_trl.trainer.vllm_colocate import resolve_dtype
+
+    model = torch.nn.Linear(2, 2)  # float32 weights, float32 training
+    assert resolve_dtype("auto", bf16=False, fp16=False, model=model, on_cpu=True) == "float32"
+    assert resolve_dtype("auto", bf16=False, fp16=False, model=model, on_cpu=False) == "auto"  # as GRPOTrainer's
+    assert resolve_dtype("float32", bf16=False, fp16=False, model=model, on_cpu=False) == "float32"
+
+
+def test_difference_19_a_tied_model_with_an_adapter_on_its_embedding_is_refused_with_vllm():
+    from peft import LoraConfig, get_peft_model
+
+    from dapo_trl.trainer.vllm_colocate import tied_vocabulary_problem
+
+    model, _ = tiny_model_and_tokenizer()
+    assert model.config.tie_word_embeddings and tied_vocabulary_problem(model) is None
+    adapted = get_peft_model(model, LoraConfig(r=2, target_modules=["embed_tokens"]))
+    assert "tie_word_embeddings=True" in tied_vocabulary_problem(adapted)

@@ -163,10 +163,13 @@ class DAPOConfig(GRPOConfig):
 
         vllm_dtype (`str`, *optional*, defaults to `"auto"`):
             Dtype of the colocated vLLM engine's weights and compute (TRL passes none, and vLLM then serves a float32
-            model in bfloat16). `"auto"` follows the trainer: `"bfloat16"` with `bf16=True`, `"float16"` with
-            `fp16=True`, else the dtype of the model's weights. Or one of `"float32"`, `"bfloat16"`, `"float16"`. The
-            log-probability gap this leaves between vLLM and the trainer is logged by TRL as
-            `sampling/sampling_logp_difference/mean` and `/max`. Not used in server mode (the server sets its own).
+            model in bfloat16). `"auto"` on vLLM's CPU platform follows the trainer: `"bfloat16"` with `bf16=True`,
+            `"float16"` with `fp16=True`, else the dtype of the model's weights (float32 for float32 training). On a
+            GPU `"auto"` leaves the choice to vLLM, as for GRPOTrainer's engine (a float32 checkpoint in bfloat16): a
+            float32 engine there doubles the engine's weight memory, so ask for it with `"float32"`. Or one of
+            `"float32"`, `"bfloat16"`, `"float16"`. The log-probability gap this leaves between vLLM and the trainer is
+            logged by TRL as `sampling/sampling_logp_difference/mean` and `/max`. Not used in server mode (the server
+            sets its own).
 
         > Diagnostics
 
@@ -330,7 +333,8 @@ class DAPOConfig(GRPOConfig):
     vllm_dtype: str = field(
         default="auto",
         metadata={
-            "help": "Dtype of the colocated vLLM engine: auto (follows the trainer), float32, bfloat16 or float16."
+            "help": "Dtype of the colocated vLLM engine: auto (on CPU the trainer's; on a GPU vLLM's choice, as "
+            "GRPOTrainer's engine), float32, bfloat16 or float16."
         },
     )
 
