@@ -6,7 +6,15 @@ import math
 import pytest
 import torch
 
-from dapo_trl.trainer.sampling import ConstantRewardWatch, PromptStream, RoundPlanner, classify_groups, plan_selection
+from dapo_trl.trainer.sampling import (
+    ConstantRewardWatch,
+    NoInformativeWatch,
+    PromptStream,
+    RoundPlanner,
+    carry_keeps,
+    classify_groups,
+    plan_selection,
+)
 from dapo_trl.trainer.underfill import UnderfillFacts, underfill_cause
 
 
@@ -96,6 +104,46 @@ def test_plan_selection_carried_first_and_surplus():
 def test_plan_selection_drops_carried_groups_that_would_go_stale():
     plan, missing = plan_selection(num_carried=7, num_fresh=0, target=5, carry_over=True)
     assert plan.train == [0, 1, 2, 3, 4] and plan.discard == [5, 6] and missing == 0
+
+
+def test_carried_groups_wait_until_used_while_fresh_enough():
+    # Groups sampled at updates 0, 2 and 3; now 3, one update per batch, at most 2 updates stale when trained.
+    keep = carry_keeps([0, 2, 3], now=3, updates_per_batch=1.0, max_staleness=2)
+    assert keep == [False, True, True]
+    plan, missing = plan_selection(
+        num_carried=3, num_fresh=2, target=0, carry_over=True, max_carry=8, keep_carried=keep
+    )
+    assert plan.train == [] and plan.carry == [1, 2, 3, 4] and plan.discard == [0] and missing == 0
+    # Waiting groups are carried before fresh surplus, within max_carry; with carry-over off nothing waits.
+    plan, _ = plan_selection(num_carried=3, num_fresh=2, target=1, carry_over=True, max_carry=2, keep_carried=keep)
+    assert plan.train == [0] and plan.carry == [1, 2] and plan.discard == [3, 4]
+    plan, _ = plan_selection(num_carried=3, num_fresh=2, target=1, carry_over=False, keep_carried=keep)
+    assert plan.carry == [] and plan.discard == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="2 entries for 3 carried groups"):
+        plan_selection(num_carried=3, num_fresh=0, target=1, carry_over=True, keep_carried=[True, True])
+
+
+def test_no_informative_watch_needs_a_whole_budget_spent_on_nothing_and_resets_on_any_informative_group():
+    watch = NoInformativeWatch(min_groups=64)
+    for _ in range(3):
+        watch.update(30, 0)
+    assert not watch.established  # rounds found nothing, but no step has spent its whole budget yet
+    watch.end_step(rounds=2, max_rounds=3)
+    assert not watch.established  # ended before its budget (a full batch, or no prompt left)
+    watch.end_step(rounds=3, max_rounds=3)
+    assert watch.established and watch.groups == 90
+    copy = NoInformativeWatch(min_groups=64)
+    copy.load_state_dict(watch.state_dict())
+    assert copy.established
+    # Scarce, not absent: one informative group in a step keeps the full budget.
+    watch.update(40, 1)
+    watch.end_step(rounds=3, max_rounds=3)
+    assert not watch.established and watch.groups == 0
+    # Too few groups to tell scarce from none.
+    small = NoInformativeWatch(min_groups=64)
+    small.update(20, 0)
+    small.end_step(rounds=3, max_rounds=3)
+    assert not small.established
 
 
 def test_plan_selection_underfilled():

@@ -4,8 +4,9 @@ The trainer generates rounds of prompt groups and keeps only *informative* group
 constant across the group: `0 < #correct < G` for a binary verifier) until the generation batch holds its target
 number of groups. This module decides, without a model:
 
-- which groups are informative ([`classify_groups`]), and when no refill round can find one because the filter
-  reward gives every completion the same value ([`ConstantRewardWatch`]),
+- which groups are informative ([`classify_groups`]), when no refill round can find one because the filter
+  reward gives every completion the same value ([`ConstantRewardWatch`]), and when recent rounds found none at all
+  ([`NoInformativeWatch`]),
 - how many prompts the next round asks for ([`RoundPlanner`]: adaptive oversampling from the informative rate seen so
   far, exact-deficit refill, or verl's fixed multiple),
 - which groups are trained now, carried to the next step or discarded ([`plan_selection`]),
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -240,6 +241,56 @@ class ConstantRewardWatch:
             watch.load_state_dict(sub)
 
 
+class NoInformativeWatch:
+    """
+    Tells when a run's rounds find no informative group at all, so that spending a step's whole round budget again
+    would buy nothing: an untrained model whose every completion is wrong, or a reward that fails every answer.
+
+    It counts the groups generated since the last informative one and the steps that ran all `max_rounds` rounds
+    without finding one. Once such a step has been seen and at least `min_groups` groups were generated since the last
+    informative group, `established` is true, and the trainer runs one round per step until a round finds an
+    informative group again (which resets the watch). Scarce groups keep the paper's behaviour: a single informative
+    group among a step's rounds keeps the full budget.
+
+    Example:
+    ```python
+    >>> watch = NoInformativeWatch(min_groups=8)
+    >>> watch.update(10, 0); watch.end_step(rounds=3, max_rounds=3); watch.established
+    True
+    >>> watch.update(4, 1); watch.established
+    False
+
+    ```
+    """
+
+    def __init__(self, *, min_groups: int = 64) -> None:
+        self.min_groups = min_groups
+        self.groups = 0  # groups generated since the last informative one
+        self.exhausted_steps = 0  # steps since then that ran every round of their budget
+
+    @property
+    def established(self) -> bool:
+        return self.exhausted_steps >= 1 and self.groups >= self.min_groups
+
+    def update(self, generated: int, informative: int) -> None:
+        """Record a round: `generated` groups, `informative` of them informative."""
+        if informative:
+            self.groups, self.exhausted_steps = 0, 0
+        else:
+            self.groups += generated
+
+    def end_step(self, *, rounds: int, max_rounds: int) -> None:
+        """Record that a generation batch ended after `rounds` rounds (`max_rounds`: its whole budget)."""
+        if rounds >= max_rounds and self.groups > 0:
+            self.exhausted_steps += 1
+
+    def state_dict(self) -> dict:
+        return {"groups": self.groups, "exhausted_steps": self.exhausted_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.groups, self.exhausted_steps = int(state["groups"]), int(state["exhausted_steps"])
+
+
 def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
@@ -363,14 +414,22 @@ class SelectionPlan:
 
 
 def plan_selection(
-    *, num_carried: int, num_fresh: int, target: int, carry_over: bool, max_carry: int | None = None
+    *,
+    num_carried: int,
+    num_fresh: int,
+    target: int,
+    carry_over: bool,
+    max_carry: int | None = None,
+    keep_carried: Sequence[bool] | None = None,
 ) -> tuple[SelectionPlan, int]:
     """
     Choose the groups an optimizer batch trains on.
 
-    Carried groups go first: they are one generation batch old and would be two batches old next time, so those that do
-    not fit are discarded. Fresh informative groups fill the rest in generation order; the surplus is carried (at most
-    `max_carry`, default `target`) when `carry_over` is on and discarded otherwise.
+    Carried groups go first, oldest first. Those that do not fit wait for the next batch when `keep_carried` allows it
+    (one bool per carried group: it would still be fresh enough there, see [`carry_keeps`]) and are discarded
+    otherwise; without `keep_carried` none may wait (they would be two generation batches old). Fresh informative
+    groups fill the rest in generation order; the surplus is carried when `carry_over` is on and discarded otherwise.
+    At most `max_carry` groups (default `target`) are carried, waiting ones first.
 
     Returns:
         `(plan, missing)`: the plan and how many groups short of `target` the batch is (0 unless underfilled).
@@ -380,22 +439,44 @@ def plan_selection(
     >>> plan, missing = plan_selection(num_carried=2, num_fresh=5, target=4, carry_over=True)
     >>> plan.train, plan.carry, plan.discard, missing
     ([0, 1, 2, 3], [4, 5, 6], [], 0)
+    >>> keep = [True, True, False]  # group 2 would grow too stale waiting another batch
+    >>> plan_selection(num_carried=3, num_fresh=1, target=1, carry_over=True, max_carry=2, keep_carried=keep)[0]
+    SelectionPlan(train=[0], carry=[1, 3], discard=[2])
 
     ```
     """
     if min(num_carried, num_fresh, target) < 0:
         raise ValueError("Group counts must be non-negative.")
+    if keep_carried is not None and len(keep_carried) != num_carried:
+        raise ValueError(f"keep_carried has {len(keep_carried)} entries for {num_carried} carried groups.")
     max_carry = target if max_carry is None else max_carry
     carried = list(range(num_carried))
     fresh = list(range(num_carried, num_carried + num_fresh))
     train = carried[:target]
-    discard = carried[target:]
+    waiting = carried[target:]
     room = target - len(train)
     train += fresh[:room]
     surplus = fresh[room:]
-    carry = surplus[:max_carry] if carry_over else []
-    discard += surplus[len(carry) :]
+    keep = [g for g in waiting if keep_carried is not None and keep_carried[g]] if carry_over else []
+    carry = (keep + (surplus if carry_over else []))[:max_carry]
+    discard = [g for g in waiting + surplus if g not in set(carry)]
     return SelectionPlan(train=train, carry=carry, discard=discard), target - len(train)
+
+
+def carry_keeps(sampled_at: Sequence[int], *, now: int, updates_per_batch: float, max_staleness: float) -> list[bool]:
+    """
+    Whether each carried group may wait for the next generation batch: it would be trained there at most
+    `max_staleness` optimizer updates after the policy that sampled it (`sampled_at`, in updates; `now` is the
+    current count, and a generation batch lasts `updates_per_batch` updates).
+
+    Example:
+    ```python
+    >>> carry_keeps([3, 5, 6], now=6, updates_per_batch=1.0, max_staleness=3)
+    [False, True, True]
+
+    ```
+    """
+    return [now + updates_per_batch - at <= max_staleness + 1e-9 for at in sampled_at]
 
 
 class PromptStream:
