@@ -43,7 +43,14 @@ from trl.rewards import think_format_reward
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice
 from dapo_trl.rewards.choice import gold_choice, load_choice_dataset
-from dapo_trl.run.cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
+from dapo_trl.run.cli import (
+    one_line_errors,
+    parse_or_exit,
+    print_plan,
+    resume_argument,
+    wants_plan,
+    with_default_config,
+)
 from dapo_trl.run.console import training_signal
 from dapo_trl.run.run_record import save_run_outputs
 from dapo_trl.trainer.diagnostics import fired_diagnoses
@@ -188,9 +195,14 @@ def run_demo(script_args, training_args: DAPOConfig, train_set, eval_set) -> dic
     before = choice_accuracy(model, tokenizer, eval_set, script_args, training_args)
     logger.info(f"after warm-up: held-out accuracy {before['accuracy']:.3f}, format {before['format']:.3f}")
 
-    trainer = DAPOTrainer(
-        model=model, reward_funcs=rewards(), args=training_args, train_dataset=train_set, processing_class=tokenizer
-    )
+    with one_line_errors():  # a setting or the data refused: one line, exit code 2
+        trainer = DAPOTrainer(
+            model=model,
+            reward_funcs=rewards(),
+            args=training_args,
+            train_dataset=train_set,
+            processing_class=tokenizer,
+        )
     rl_started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     rl_seconds = time.perf_counter() - rl_started
@@ -218,13 +230,14 @@ def run_real(script_args, training_args: DAPOConfig, model_args: ModelConfig, tr
         "dtype": dtype,
         **(training_args.model_init_kwargs or {}),
     }
-    trainer = DAPOTrainer(
-        model=model_args.model_name_or_path,
-        reward_funcs=rewards(),
-        args=training_args,
-        train_dataset=train_set,
-        peft_config=get_peft_config(model_args),
-    )
+    with one_line_errors():  # a setting or the data refused: one line, exit code 2
+        trainer = DAPOTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=rewards(),
+            args=training_args,
+            train_dataset=train_set,
+            peft_config=get_peft_config(model_args),
+        )
     trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
     summary: dict = {"task": script_args.dataset_name or "synthetic multiple-choice QA"}
     summary["optimizer_steps"] = trainer.state.global_step

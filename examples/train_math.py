@@ -51,7 +51,15 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
-from dapo_trl.run.cli import parse_or_exit, print_plan, resume_argument, wants_plan, with_default_config
+from dapo_trl.run.cli import (
+    one_line_errors,
+    parse_or_exit,
+    parse_values,
+    print_plan,
+    resume_argument,
+    wants_plan,
+    with_default_config,
+)
 from dapo_trl.run.console import format_summary, training_signal
 from dapo_trl.run.plan import batch_plan, recipe_advice
 from dapo_trl.run.run_record import (
@@ -225,6 +233,9 @@ def main(argv: list[str] | None = None) -> dict:
     argv = effective_argv(sys.argv[1:] if argv is None else argv)
     if wants_plan(argv):
         return print_plan(parser, argv, MathScriptArguments)
+    # Missing arguments first (read without building the configs, whose checks depend on the machine): a missing
+    # model is the error to report, not the bf16 default this machine cannot run.
+    check_required(parser, parse_values(parser, argv))
     script_args, training_args, model_args = parse_args(argv, parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     demo = script_args.dataset_name is None and model_args.model_name_or_path is None
@@ -244,14 +255,21 @@ def main(argv: list[str] | None = None) -> dict:
     return run_real(script_args, training_args, model_args, train_set, rewards=rewards)
 
 
+def check_required(parser: TrlParser, values) -> None:
+    """
+    Stop at argparse level when a run lacks an argument it needs: a model and a dataset go together (neither: the CPU
+    demo), and `eval_before_rl` needs the held-out set. `values` holds every field's value (`parse_values`).
+    """
+    if (values.dataset_name is None) != (values.model_name_or_path is None):
+        parser.error("give both --model_name_or_path and --dataset_name (or neither, for the CPU demo).")
+    if values.eval_before_rl and not values.eval_dataset_name:
+        parser.error("--eval_before_rl needs the held-out problems: set --eval_dataset_name.")
+
+
 def check_paths(parser: TrlParser, script_args: MathScriptArguments, model_args: ModelConfig) -> None:
     """Stop at argparse level when a model or data path cannot be what the user meant (see `dapo_trl.run.cli`)."""
     from dapo_trl.run.cli import check_data_path, check_model_path
 
-    if script_args.dataset_name is None or model_args.model_name_or_path is None:
-        parser.error("give both --model_name_or_path and --dataset_name (or neither, for the CPU demo).")
-    if script_args.eval_before_rl and not script_args.eval_dataset_name:
-        parser.error("--eval_before_rl needs the held-out problems: set --eval_dataset_name.")
     problems = [
         check_model_path("--model_name_or_path", model_args.model_name_or_path),
         check_data_path("--dataset_name", script_args.dataset_name),
@@ -286,6 +304,7 @@ def _recipe_plan(script_args: MathScriptArguments) -> dict:
 def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rewards: list | None = None) -> dict:
     from dapo_trl.run.evaluation import _verifier_functions
     from dapo_trl.run.toy import accuracy_report, build_char_tokenizer, build_tiny_model, make_math_dataset, warmup_sft
+    from dapo_trl.trainer.dataset_checks import repeated_prompts_expected
 
     if training_args.use_vllm:
         raise SystemExit(
@@ -344,13 +363,15 @@ def run_demo(script_args: MathScriptArguments, training_args: DAPOConfig, *, rew
     before = accuracy_report(model, tokenizer, test_set, **measure)
     logger.info(f"after warm-up: held-out sampled accuracy {before['accuracy']:.3f}")
 
-    trainer = DAPOTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=training_args,
-        train_dataset=train_set,
-        processing_class=tokenizer,
-    )
+    # a setting refused: one line, exit code 2; the synthetic problems repeat by design (no advice to deduplicate them)
+    with one_line_errors(), repeated_prompts_expected():
+        trainer = DAPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=training_args,
+            train_dataset=train_set,
+            processing_class=tokenizer,
+        )
     use_console(trainer, script_args, demo=True)
     rl_started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume_argument(training_args.resume_from_checkpoint))
@@ -537,16 +558,17 @@ def run_real(
         write_run_record(training_args.output_dir, record)
     reward = rewards or build_rewards(script_args, training_args)
     resuming = is_resuming(training_args)
-    prepared = prepare_real_model(script_args, training_args, model_args, resuming=resuming)
-    trainer = DAPOTrainer(
-        model=model_args.model_name_or_path if prepared is None else prepared["model"],
-        reward_funcs=reward,
-        args=training_args,
-        train_dataset=load_training_set(script_args) if train_set is None else train_set,
-        peft_config=get_peft_config(model_args),
-    )
+    with one_line_errors():  # a setting or the data refused while the run is set up: one line, exit code 2
+        prepared = prepare_real_model(script_args, training_args, model_args, resuming=resuming)
+        trainer = DAPOTrainer(
+            model=model_args.model_name_or_path if prepared is None else prepared["model"],
+            reward_funcs=reward,
+            args=training_args,
+            train_dataset=load_training_set(script_args) if train_set is None else train_set,
+            peft_config=get_peft_config(model_args),
+        )
+        heldout = load_heldout(script_args) if script_args.eval_dataset_name else None
     use_console(trainer, script_args, demo=False)
-    heldout = load_heldout(script_args) if script_args.eval_dataset_name else None
     seconds = dict(prepared["seconds"]) if prepared is not None else {}
     before = None
     if heldout is not None and script_args.eval_before_rl:

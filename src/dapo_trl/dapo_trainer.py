@@ -319,7 +319,7 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         context = self._model_context()
         if self.args.max_prompt_length is not None or context is None or self._is_vlm or prompts is None:
             return
-        check_prompt_lengths(prompts, self._tokenizer, context)
+        check_prompt_lengths(prompts, self._tokenizer, context, max_completion_length=self.args.max_completion_length)
 
     def _count_weight_syncs(self) -> None:
         """Count TRL's weight pushes to vLLM: with sleep mode every generation call re-pushes all weights."""

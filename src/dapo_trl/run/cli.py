@@ -7,9 +7,11 @@ mistyped command stops at once with argparse's usage line, before anything is lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +181,8 @@ RENAMED_SETTINGS = {"activation_checkpointing": "gradient_checkpointing"}
 def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
     """
     [`~trl.TrlParser.parse_args_and_config`], with a bad config (missing file, unknown keys, values a dataclass
-    refuses) ending in one line and exit code 2 instead of a traceback. A setting of `RENAMED_SETTINGS` that the
+    refuses) ending in one line and exit code 2 instead of a traceback; bf16 on a machine without it is told in
+    dapo-trl's terms ([`device_advice`]). A setting of `RENAMED_SETTINGS` that the
     installed transformers knows only under its old name is passed under that name (flag or YAML key).
     """
     import yaml
@@ -207,7 +210,52 @@ def parse_or_exit(parser: Any, argv: Sequence[str]) -> tuple[Any, ...]:
     try:
         return parser.parse_args_and_config(argv)
     except (ValueError, OSError, yaml.YAMLError) as error:
-        parser.error(_one_line(error))
+        parser.error(device_advice(_one_line(error)))
+
+
+def device_advice(message: str, *, cuda: bool | None = None) -> str:
+    """
+    transformers' bf16 refusal ("Your setup doesn't support bf16/gpu ...") in dapo-trl's terms: the flags that run on
+    this machine. bf16 is on by default in DAPOConfig, as in GRPOConfig. Any other message is returned as it is.
+
+    Example:
+    ```python
+    >>> device_advice("Your setup doesn't support bf16/gpu. You need to assign use_cpu ...", cuda=False)[:67]
+    'this machine has no GPU, and bf16 (on by default, as in GRPOConfig)'
+
+    ```
+    """
+    if "bf16/gpu" not in message:
+        return message
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if cuda:
+        return (
+            "this GPU does not support bf16 (on by default, as in GRPOConfig): add `--bf16 false` (`--fp16 true` for "
+            "half precision)."
+        )
+    return (
+        "this machine has no GPU, and bf16 (on by default, as in GRPOConfig) needs one. To train on the CPU add "
+        "`--use_cpu true --bf16 false` (in a YAML: `use_cpu: true` and `bf16: false`, as configs/smollm2_cpu.yaml "
+        "does); `--config configs/smoke.yaml` checks an installation on CPU in seconds."
+    )
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """
+    Inside the block, a `ValueError` or `FileNotFoundError` (a setting or the data refused while a run is being set
+    up: the model, the data, the trainer) ends the program as argparse's errors do: `PROG: error: <the message on one
+    line>` and exit code 2, without a traceback, which would only point into the library. Wrap the set-up only: an
+    error raised while training keeps its traceback.
+    """
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as error:
+        print(f"{Path(sys.argv[0]).name}: error: {_one_line(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _renamed(name: str, known: set[str]) -> str | None:
@@ -279,7 +327,8 @@ def parse_values(parser: Any, argv: Sequence[str]) -> argparse.Namespace:
     """
     import yaml
 
-    argv = list(argv)
+    known = _setting_names(parser)
+    argv = _old_setting_names(list(argv), known)
     if "--config" in argv:
         index = argv.index("--config")
         argv.pop(index)
@@ -294,10 +343,14 @@ def parse_values(parser: Any, argv: Sequence[str]) -> argparse.Namespace:
         if not isinstance(config, dict):
             parser.error(f"--config {path} must hold a YAML mapping of settings.")
         config.pop("env", None)
+        config = {_renamed(str(key), known) or key: value for key, value in config.items()}
         unknown = parser.set_defaults_with_config(**config)
         if unknown:
-            parser.error(f"--config {path}: {unknown_settings([u[2:] for u in unknown[::2]], _setting_names(parser))}")
+            parser.error(f"--config {path}: {unknown_settings([u[2:] for u in unknown[::2]], known)}")
     namespace, remaining = parser.parse_known_args(argv)
+    flags = [arg.split("=", 1)[0][2:] for arg in remaining if arg.startswith("--")]
+    if flags:
+        parser.error(unknown_settings(flags, known, prefix="--"))
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
     return namespace

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -87,11 +90,29 @@ def is_empty_prompt(prompt: Any) -> bool:
     return False
 
 
+_repeats_expected = [False]
+
+
+@contextlib.contextmanager
+def repeated_prompts_expected() -> Iterator[None]:
+    """
+    Inside the block, [`warn_duplicates`] says how often prompts repeat at INFO level, without the advice to
+    deduplicate: for a training set that repeats prompts by design (the CPU demo's synthetic problems).
+    """
+    previous, _repeats_expected[0] = _repeats_expected[0], True
+    try:
+        yield
+    finally:
+        _repeats_expected[0] = previous
+
+
 def warn_duplicates(prompts: list) -> None:
     """Warn when the training prompts repeat (DAPO-Math-17k's published file does, ~100x)."""
     counts = Counter(repr(p) for p in prompts)
     duplicates = len(prompts) - len(counts)
-    if duplicates:
+    if duplicates and _repeats_expected[0]:
+        logger.info(f"The training dataset repeats prompts by design: {len(counts)} unique of {len(prompts)}.")
+    elif duplicates:
         logger.warning(
             f"The training dataset holds {duplicates} duplicated prompts ({len(counts)} unique of {len(prompts)}). "
             "Dynamic sampling never repeats a row within an epoch, but duplicated rows are still drawn once each; "
@@ -110,11 +131,14 @@ def count_prompt_tokens(tokenizer: Any, prompt: Any) -> int:
     return len(tokenizer(prompt_text(prompt))["input_ids"])
 
 
-def check_prompt_lengths(prompts: list, tokenizer: Any, context: int) -> None:
+def check_prompt_lengths(
+    prompts: list, tokenizer: Any, context: int, *, max_completion_length: int | None = None
+) -> None:
     """
     Refuse a map-style training set holding prompts longer than the model's context (`context` tokens), naming the
-    rows. Only prompts whose UTF-8 size exceeds the context are tokenised (a token covers at least one byte, so the
-    others fit), which keeps the check instant on ordinary data.
+    rows, the text every prompt shares when that is what makes them long (a template), and a `max_prompt_length` that
+    leaves room for `max_completion_length` inside the context. Only prompts whose UTF-8 size exceeds the context are
+    tokenised (a token covers at least one byte, so the others fit), which keeps the check instant on ordinary data.
     """
     slack = 64  # special and chat-template tokens
     suspects = [i for i, prompt in enumerate(prompts) if len(prompt_text(prompt).encode()) + slack > context]
@@ -123,9 +147,58 @@ def check_prompt_lengths(prompts: list, tokenizer: Any, context: int) -> None:
         shown = ", ".join(f"row {i}: {n} tokens" for i, n in too_long[:10])
         raise ValueError(
             f"{len(too_long)} training prompts are longer than the model's context of {context} tokens ({shown}"
-            f"{', ...' if len(too_long) > 10 else ''}). Set max_prompt_length (e.g. 2048, as verl's DAPO recipe) to "
-            "cut long prompts (prompt_truncation_side='left' keeps their end), or remove those rows."
+            f"{', ...' if len(too_long) > 10 else ''}). "
+            + shared_text_note(prompts, tokenizer)
+            + prompt_length_advice(context, max_completion_length)
         )
+
+
+def shared_text_note(prompts: list, tokenizer: Any, *, least: int = 16, sample: int = 1000) -> str:
+    """
+    A sentence naming the text every prompt starts and ends with, when it is at least `least` tokens: a template
+    (DAPO's, say) or a long system prompt, which the user can leave out; else "".
+    """
+    texts = [prompt_text(p) for p in prompts[:sample]]
+    if len(texts) < 2:
+        return ""
+    prefix = os.path.commonprefix(texts)
+    suffix = os.path.commonprefix([t[len(prefix) :][::-1] for t in texts])[::-1]
+    shared = sum(len(tokenizer(part, add_special_tokens=False)["input_ids"]) for part in (prefix, suffix) if part)
+    if shared < least:
+        return ""
+    return (
+        f"{shared} tokens of every prompt are the same text around its problem: a prompt template or system prompt. "
+        "DAPO's template is one: `dapo_trl.run.data.load_math_dataset` wraps it around each problem for the formats "
+        "problem, question, gsm8k and math; to train on the problems as they are, read the data with "
+        "`--dataset_format columns --prompt_column <its column>` (`load_math_dataset(..., apply_template=False)`). "
+    )
+
+
+def prompt_length_advice(context: int, max_completion_length: int | None) -> str:
+    """
+    What to set so that prompts fit: a `max_prompt_length` that leaves `max_completion_length` tokens of the context
+    for the completion (never one the context cannot hold), or a shorter `max_completion_length` first.
+
+    Example:
+    ```python
+    >>> prompt_length_advice(128, 32)[:79]
+    'Or set max_prompt_length to at most 96 (the context minus max_completion_length)'
+    >>> prompt_length_advice(128, 128)[:61]
+    'max_completion_length (128) alone fills the 128-token context'
+
+    ```
+    """
+    room = context - (max_completion_length or 0)
+    if room < 1:
+        return (
+            f"max_completion_length ({max_completion_length}) alone fills the {context}-token context: lower it, "
+            "then set max_prompt_length to what is left, or use a model with a longer context."
+        )
+    verl = " (verl's DAPO recipe uses 2,048)" if room >= 2048 else ""
+    return (
+        f"Or set max_prompt_length to at most {room} (the context minus max_completion_length){verl} to cut long "
+        "prompts (prompt_truncation_side='left' keeps their end), or remove those rows."
+    )
 
 
 def truncate_prompt_ids(prompt_ids: list, limit: int, side: str) -> tuple[list, int]:
