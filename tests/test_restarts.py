@@ -120,3 +120,28 @@ def test_the_demos_honour_resume_from_checkpoint(value, tmp_path, monkeypatch):
         train_domain_qa.main([*qa, "--eval_max_samples", "2", "--eval_k", "1", "--resume_from_checkpoint", value])
     expected = True if value == "true" else value
     assert seen == [expected, expected]
+
+
+@pytest.mark.integration
+def test_resuming_a_model_with_a_tied_head_warns_about_no_missing_key(tmp_path, monkeypatch):
+    """The checkpoint holds the tied head once, as the embedding: transformers named it a missing key."""
+    import transformers.trainer
+    from _tiny import tiny_trainer
+
+    warnings = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *a, **kw: warnings.append(message))
+    first = tiny_trainer(tmp_path, save_strategy="steps", save_steps=1, max_steps=1)
+    assert first.model.lm_head.weight is first.model.model.embed_tokens.weight
+    first.train()
+    resumed = tiny_trainer(tmp_path, save_strategy="steps", save_steps=1, max_steps=2)
+    resumed.train(resume_from_checkpoint=True)
+    assert not [w for w in warnings if "missing keys" in str(w)], warnings
+    assert resumed.model.lm_head.weight is resumed.model.model.embed_tokens.weight
+
+
+def test_preemption_doctests():
+    import doctest
+
+    from dapo_trl.trainer import preemption
+
+    assert doctest.testmod(preemption).failed == 0

@@ -99,6 +99,7 @@ MIXIN_OVERRIDDEN = {
     "_save_checkpoint": ["self", "model", "trial"],
     "_push_from_checkpoint": ["self", "checkpoint_folder"],
     "_determine_best_metric": ["self", "metrics", "trial"],
+    "_issue_warnings_after_load": ["self", "load_result"],
 }
 
 

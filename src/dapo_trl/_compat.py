@@ -89,6 +89,7 @@ TRL_HOOKS: tuple[Hook, ...] = (
     Hook("Trainer", "_get_output_dir", ("self", "trial")),
     Hook("Trainer", "_push_from_checkpoint", ("self", "checkpoint_folder")),
     Hook("Trainer", "_determine_best_metric", ("self", "metrics", "trial")),
+    Hook("Trainer", "_issue_warnings_after_load", ("self", "load_result")),
 )
 
 

@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
@@ -92,6 +93,27 @@ def is_complete_checkpoint(path: str | os.PathLike) -> bool:
     return os.path.isfile(os.path.join(path, TRAINER_STATE_NAME)) and not os.path.exists(
         os.path.join(path, _JIT_INCOMPLETE_MARKER)
     )
+
+
+def tied_missing_keys(model: Any, missing_keys: list[str]) -> set[str]:
+    """
+    The `missing_keys` of a checkpoint load that name a parameter tied to one that was loaded (the very same tensor,
+    such as a head tied to the input embedding): the checkpoint holds them under the other name.
+
+    Example:
+    ```python
+    >>> import torch
+    >>> model = torch.nn.Sequential(torch.nn.Embedding(4, 2), torch.nn.Linear(2, 4, bias=False))
+    >>> model[1].weight = model[0].weight
+    >>> tied_missing_keys(model, ["1.weight"]), tied_missing_keys(model, ["0.weight", "1.weight"])
+    ({'1.weight'}, set())
+
+    ```
+    """
+    params = dict(model.named_parameters(remove_duplicate=False))
+    missing = set(missing_keys)
+    loaded = [p for name, p in params.items() if name not in missing]
+    return {name for name in missing if name in params and any(params[name] is p for p in loaded)}
 
 
 def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
@@ -577,6 +599,17 @@ class PreemptionMixin:
             self._push_pending = True
             return
         super()._push_from_checkpoint(checkpoint_folder)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # safetensors keeps one copy of tensors a model shares, so a checkpoint of a model whose head is tied to its
+        # input embedding (SmolLM2, Qwen2.5-1.5B, the tiny model) "misses" the head: it is loaded with the embedding.
+        # transformers warns about it unless the model lists it in `_keys_to_ignore_on_save`; re-tie it silently.
+        tied = tied_missing_keys(self.model, load_result.missing_keys)
+        if tied:
+            self.model.tie_weights()
+            logger.debug(f"{sorted(tied)} tied to a loaded parameter: restored with it.")
+            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        super()._issue_warnings_after_load(load_result)
 
     @contextlib.contextmanager
     def staged_checkpoint(self, trial=None) -> Iterator[str]:
