@@ -86,11 +86,30 @@ def test_skipping_cuts_generation_where_most_groups_are_zero_variance(dynamic_sa
             assert r.later_floor_ratio < 0.6, (pop, skip)  # once a history exists (after the first epoch)
             assert r.mean_rounds <= ds.TARGET_ROUNDS and r.underfilled == 0, (pop, skip)
             assert r.redrawn > 0 and 0 < r.missed_share, (pop, skip)  # exploration happens, and misses are counted
-    assert results["mostly unsolved", "adaptive+carry+skip"].floor_ratio <= ds.TARGET_SKIP_FLOOR_RATIO
     # Where generated groups already beat the policy's target, it (almost) never skips.
     uniform = results["uniform", "adaptive+carry+skip"]
     assert uniform.skipped < 0.02 * uniform.generated
     assert uniform.gen_per_trained == pytest.approx(results["uniform", "adaptive+carry"].gen_per_trained, rel=0.02)
+
+
+def test_skipping_defaults_keep_what_they_generate_and_probe_within_reach_of_the_oracle(dynamic_sampling_quick):
+    ds, results = dynamic_sampling_quick
+    skip = results["skip"]
+    for pop in ds.POPULATIONS:
+        default, oracle = skip[pop.name, ds.DEFAULT_SKIP_VARIANT], skip[pop.name, "adaptive+carry+oracle"]
+        assert default.floor_ratio <= ds.TARGET_ORACLE_RATIO * oracle.floor_ratio, pop.name
+        assert default.mean_rounds <= ds.TARGET_ROUNDS and default.underfilled == 0, pop.name
+        # The planner before: surplus discarded without carry-over; carried groups now wait until used.
+        assert skip[pop.name, "adaptive+skip"].discarded_per_100 > 3, pop.name
+        assert default.discarded_per_100 < 1, pop.name
+        assert 0 < default.completed < default.probed, pop.name  # some probes are completed, some dropped
+    for pop in ds.SKIP_TARGET_POPULATIONS:  # probing cuts the first pass, which no skip rule can
+        assert skip[pop, ds.DEFAULT_SKIP_VARIANT].floor_ratio < 0.85 * skip[pop, "adaptive+carry+skip"].floor_ratio
+    held_out = results["heldout"]
+    assert set(held_out) == {(ds.HELD_OUT.name, v.name) for v in ds.SKIP_VARIANTS}
+    assert held_out[ds.HELD_OUT.name, ds.DEFAULT_SKIP_VARIANT].floor_ratio < 0.6
+    targets = ds.format_skip_targets(skip, held_out)
+    assert f"| {ds.HELD_OUT.name} |" in targets and "meets targets" in targets
 
 
 def test_the_oracle_reference_skips_seen_prompts_on_their_true_pass_rates_and_beats_both_rules(dynamic_sampling_quick):
@@ -107,7 +126,7 @@ def test_the_oracle_reference_skips_seen_prompts_on_their_true_pass_rates_and_be
         assert oracle.skipped > 0, pop
         for rule in ("skip", "posterior"):
             assert oracle.floor_ratio < results["skip"][pop, f"adaptive+carry+{rule}"].floor_ratio, (pop, rule)
-    assert "adaptive+carry+oracle" in ds.format_skip_targets(results["skip"])
+    assert "| oracle |" in ds.format_skip_targets(results["skip"])
 
 
 def test_simulated_dynamics_keep_solved_prompts_solved():
@@ -143,7 +162,8 @@ class Verdicts:
 
 
 @pytest.mark.integration
-def test_simulation_loop_matches_the_trainer(tmp_path):
+@pytest.mark.parametrize("rate", [0.1, 0.9])
+def test_simulation_loop_matches_the_trainer(tmp_path, rate):
     """`sample_generation_batch` decides every round and every batch exactly as `DAPOTrainer` does."""
     from transformers.trainer_callback import PrinterCallback
 
@@ -153,7 +173,7 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
     from dapo_trl.trainer.sampling import PromptStream, RoundPlanner
 
     ds = load_benchmark("dynamic_sampling")
-    rate, seed, steps, max_rounds = 0.1, 0, 8, 2
+    seed, steps, max_rounds = 0, 8, 2
 
     class ScriptedVerdicts(DAPOTrainer):
         def __init__(self, *args, **kwargs):
@@ -215,13 +235,23 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
         rounds.append(list(indices))
         return verdicts(len(indices))
 
-    carried = 0
+    carried, carried_at, watch = 0, (), ds.NoInformativeWatch()
     outcomes = []
-    for _ in range(steps):
+    for step in range(steps):
         out = ds.sample_generation_batch(
-            planner, stream, score, target=target, num_carried=carried, max_rounds=max_rounds, carry_over=True
+            planner,
+            stream,
+            score,
+            target=target,
+            num_carried=carried,
+            max_rounds=max_rounds,
+            carry_over=True,
+            step=step,  # one optimizer update per generation batch here
+            carried_at=carried_at,
+            carry=ds.Carry(max_staleness=2.0),  # the trainer's default: two generation batches
+            watch=watch,
         )
-        carried = out.carried_out
+        carried, carried_at = out.carried_out, out.carried_at
         outcomes.append(out)
 
     assert rounds == trainer.rounds
@@ -235,9 +265,13 @@ def test_simulation_loop_matches_the_trainer(tmp_path):
         for h in logged
     ]
     assert simulated == from_trainer
-    # the scripted verdicts reach second rounds, carried groups and an underfilled batch
-    assert max(o.rounds for o in outcomes) > 1 and any(o.carried_in for o in outcomes)
-    assert any(o.missing for o in outcomes)
+    assert list(outcomes[-1].carried_at) == trainer._carry_sampled_at
+    if rate < 0.5:  # the scripted verdicts reach second rounds, carried groups and an underfilled batch
+        assert max(o.rounds for o in outcomes) > 1 and any(o.carried_in for o in outcomes)
+        assert any(o.missing for o in outcomes)
+    else:  # surplus beyond a batch: carried groups wait a batch, and those older than two batches are dropped
+        assert any(o.carried_out > target for o in outcomes) and any(o.discarded for o in outcomes)
+        assert any(step - min(o.carried_at, default=step) == 1 for step, o in enumerate(outcomes))
     assert planner.state_dict() == pytest.approx(trainer._planner.state_dict())
 
 

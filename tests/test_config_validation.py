@@ -155,7 +155,7 @@ def test_interval_and_check_float_helpers():
     "name,value,expected",
     [
         ("dynamic_sampling", "False", "a bool"),
-        ("dynamic_sampling_carry_over", "yes", "a bool"),
+        ("dynamic_sampling_carry_over", "yes", "a bool or None"),
         ("overlong_shaping", 1, "a bool"),
         ("mask_truncated_completions", "true", "a bool"),
         ("learning_rate", "1e-6", "a float"),

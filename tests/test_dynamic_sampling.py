@@ -239,7 +239,8 @@ def test_prompt_skipping_passes_over_zero_variance_prompts_and_raises_the_inform
     trainer.train()
     skipped = logged(trainer, "dynamic_sampling/prompts_skipped")
     assert sum(skipped) > 0
-    informative = logged(trainer, "dynamic_sampling/informative_frac")
+    # (None: a step that generated nothing, its batch all carried groups; carry-over is on with skipping)
+    informative = [v for v in logged(trainer, "dynamic_sampling/informative_frac") if v is not None]
     assert sum(informative[-4:]) / 4 > sum(informative[:2]) / 2  # easy/hard prompts are skipped once known
     assert all(k == "mixed" for batch in trainer.recorded for k in prompt_kinds(trainer, batch))
     baseline = make_trainer(tmp_path / "off", dataset=scripted_dataset(12), max_steps=12)
@@ -261,6 +262,64 @@ def test_prompt_skipping_resumes_exactly(tmp_path):
         assert tail_full and tail_full == pytest.approx(tail_resumed), key
     for name, array in full._skip_policy.state_dict()["history"].items():
         assert torch.equal(torch.as_tensor(array), torch.as_tensor(resumed._skip_policy.state_dict()["history"][name]))
+    # skipping's defaults probe and carry over: their state resumes too
+    assert full.args.dynamic_sampling_probe == 2 and full.args.dynamic_sampling_carry_over
+    probe_full, probe_resumed = full._probe_rule.state_dict(), resumed._probe_rule.state_dict()
+    for name, value in probe_full.items():
+        assert torch.equal(torch.as_tensor(value), torch.as_tensor(probe_resumed[name])), name
+    assert full._carry_sampled_at == resumed._carry_sampled_at
+    assert full._no_informative.state_dict() == resumed._no_informative.state_dict()
+
+
+class CallRecorder(Recorder):
+    """Also records, per TRL generation call, the (prompt, completion) of every row and how many rows it had."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[list[tuple[str, str]]] = []
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self.calls.append([(str(p), str(c)) for p, c in zip(prompts, completions, strict=True)])
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+
+def test_probing_completes_mixed_probes_and_trains_whole_groups_holding_the_probe(tmp_path):
+    trainer = make_probe_trainer(tmp_path, max_steps=3)
+    trainer.train()
+    G, k = 4, 2
+    # Calls alternate: a probe of k rows per prompt, then the rest (G - k) of the groups completed.
+    sizes = [len(call) for call in trainer.calls]
+    assert sizes[0] % k == 0 and len(sizes) % 2 == 0
+    probe_rows = {row for call in trainer.calls[0::2] for row in call}
+    rest_rows = {row for call in trainer.calls[1::2] for row in call}
+    dropped = logged(trainer, "dynamic_sampling/probe_dropped")
+    assert sum(dropped) > 0  # easy and hard prompts stop after their probe
+    tokenizer = trainer.processing_class
+    for batch in trainer.recorded:
+        assert batch["completion_ids"].size(0) == trainer.args.per_device_train_batch_size
+        assert set(prompt_kinds(trainer, batch)) == {"mixed"}
+        real = batch["advantages"] != 0
+        prompts = tokenizer.batch_decode(batch["prompt_ids"][real], skip_special_tokens=True)
+        completions = tokenizer.batch_decode(batch["completion_ids"][real], skip_special_tokens=True)
+        by_prompt: dict[str, list[str]] = {}
+        for prompt, completion in zip(prompts, completions, strict=True):
+            by_prompt.setdefault(prompt, []).append(completion)
+        for prompt, group in by_prompt.items():
+            assert len(group) == G  # the whole group is trained
+            from_probe = sum(any(p.endswith(prompt) and c == x for p, c in probe_rows) for x in group)
+            from_rest = sum(any(p.endswith(prompt) and c == x for p, c in rest_rows) for x in group)
+            assert from_probe >= k and from_rest >= G - k, (prompt, group)
+
+
+def make_probe_trainer(tmp_path, **overrides):
+    model, tokenizer = tiny_model_and_tokenizer()
+    return CallRecorder(
+        model=model,
+        reward_funcs=[ScriptedReward()],
+        args=config(tmp_path, **{"dynamic_sampling_probe": 2, **overrides}),
+        train_dataset=scripted_dataset(),
+        processing_class=tokenizer,
+    )
 
 
 def test_prompt_skipping_refuses_streamed_datasets(tmp_path):
@@ -317,9 +376,37 @@ def test_a_constant_filter_reward_ends_the_refill_and_names_the_setting(tmp_path
 def test_a_verifier_that_fails_every_prompt_still_refills(tmp_path):
     """A reward with a declared correct value scores the completion: all-wrong rounds are the data, so refill goes on."""
     dataset = scripted_dataset(kinds=("hard",))
-    trainer = make_trainer(tmp_path, dataset=dataset, max_steps=2, dynamic_sampling_max_rounds=3)
+    trainer = make_trainer(
+        tmp_path, dataset=dataset, max_steps=2, dynamic_sampling_max_rounds=3, dynamic_sampling_max_round_prompts=4
+    )
     trainer.train()
-    assert logged(trainer, "dynamic_sampling/rounds") == [3.0, 3.0]
+    assert logged(trainer, "dynamic_sampling/rounds") == [3.0, 3.0]  # 24 groups: too few to tell scarce from none
+
+
+def test_once_a_whole_round_budget_found_nothing_informative_later_steps_run_one_round(tmp_path, caplog):
+    """An untrained model whose answers are all wrong: the first step spends its budget, later ones do not."""
+    dataset = scripted_dataset(kinds=("hard",))
+    trainer = make_trainer(tmp_path, dataset=dataset, max_steps=4, dynamic_sampling_max_rounds=6)
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    assert logged(trainer, "dynamic_sampling/rounds") == [6.0, 1.0, 1.0, 1.0]
+    generated = logged(trainer, "dynamic_sampling/groups_generated")
+    assert generated[0] >= 64 and generated[1:] == [2.0, 2.0, 2.0]  # one round of the missing prompts
+    warning = next(r.getMessage() for r in caplog.records if "informative groups a batch needs" in r.getMessage())
+    assert f"None of the last {int(generated[0])} groups generated was informative" in warning
+    assert "each step runs a single round" in warning
+    assert trainer._no_informative.established
+
+
+def test_scarce_informative_groups_keep_the_full_round_budget(tmp_path):
+    """One informative group among a step's rounds is scarcity, not absence: the paper's refill goes on."""
+    dataset = scripted_dataset(n=60, kinds=("hard",) * 19 + ("mixed",))  # 1 prompt in 20 gives informative groups
+    trainer = make_trainer(tmp_path, dataset=dataset, max_steps=4, dynamic_sampling_max_rounds=3)
+    trainer.train()
+    rounds, underfilled = logged(trainer, "dynamic_sampling/rounds"), logged(trainer, "dynamic_sampling/underfilled")
+    assert not trainer._no_informative.established
+    assert all(r == 3.0 for r, u in zip(rounds, underfilled, strict=True) if u)  # an unfilled batch used every round
+    assert min(rounds) > 1
 
 
 def test_a_tolerance_wider_than_the_reward_is_named_and_groups_are_described_as_they_are(tmp_path, caplog):

@@ -111,3 +111,39 @@ def test_two_processes_decide_alike():
         for rule, done in zip(rules, decisions, strict=True):
             rule.record(indices, probe, done, groups.informative & torch.from_numpy(done), groups)
     assert rules[0].state_dict()["decisions"] == 100
+
+
+def probe_config(**overrides):
+    from dapo_trl import DAPOConfig
+
+    values = dict(output_dir="/tmp/unused", use_cpu=True, bf16=False, report_to="none", num_generations=16)
+    return DAPOConfig(**{**values, **overrides})
+
+
+def test_skipping_turns_on_the_sampler_that_measured_best_and_leaves_the_paper_defaults_alone():
+    paper = probe_config()
+    assert paper.dynamic_sampling_probe == 0 and paper.dynamic_sampling_carry_over is False
+    skipping = probe_config(dynamic_sampling_skip=True)
+    assert skipping.dynamic_sampling_probe == 4 and skipping.dynamic_sampling_carry_over is True
+    assert skipping.dynamic_sampling_skip_rule == "streak"
+    chosen = probe_config(dynamic_sampling_skip=True, dynamic_sampling_probe=0, dynamic_sampling_carry_over=False)
+    assert chosen.dynamic_sampling_probe == 0 and chosen.dynamic_sampling_carry_over is False
+    assert probe_config(dynamic_sampling_probe=2).dynamic_sampling_carry_over is False  # probing alone
+
+
+def test_probe_and_carry_settings_that_cannot_work_are_refused(caplog):
+    with pytest.raises(ValueError, match="must be below num_generations=16"):
+        probe_config(dynamic_sampling_probe=16)
+    with pytest.raises(ValueError, match="never show a mixed group"):
+        probe_config(dynamic_sampling_probe=1)
+    with caplog.at_level("WARNING"):
+        probe_config(dynamic_sampling_probe=12)
+    assert "more than half of each group" in caplog.text
+    probe_config(dynamic_sampling_probe=16, dynamic_sampling=False)  # not used without dynamic sampling
+    with pytest.raises(ValueError, match="below the 4 optimizer updates a carried group waits"):
+        probe_config(
+            dynamic_sampling_carry_over=True,
+            dynamic_sampling_carry_max_staleness=2,
+            per_device_train_batch_size=16,
+            steps_per_generation=4,
+        )

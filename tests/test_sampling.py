@@ -242,3 +242,12 @@ def test_underfill_with_no_informative_group_does_not_advise_more_rounds():
     assert "Raise dynamic_sampling_max_rounds" not in easy and "harder prompts" in easy
     some = underfill_cause(facts(groups=20, all_correct=2, all_wrong=16, informative=2))
     assert "Raise dynamic_sampling_max_rounds" in some  # a few informative groups: more rounds fill the batch
+
+
+def test_underfill_says_when_later_steps_run_one_round_and_keeps_the_fix():
+    """The untrained-model case: the same explanation and fix, and that the round budget is no longer spent."""
+    hard = underfill_cause(facts(groups=153, all_correct=0, all_wrong=153, informative=0, quiet_groups=153))
+    assert "warm the model up" in hard and "check that the reward reads the answers" in hard
+    assert "None of the last 153 groups generated was informative" in hard
+    assert "each step runs a single round" in hard and "dynamic_sampling_on_exhausted='raise'" in hard
+    assert "single round" not in underfill_cause(facts(groups=153, all_correct=0, all_wrong=153, informative=0))

@@ -63,6 +63,7 @@ from .trainer.loss import (
 )
 from .trainer.overlong import OverlongPenalty, is_truncated
 from .trainer.preemption import PreemptionMixin
+from .trainer.probing import ProbeRule, probe_granularity
 from .trainer.prompt_history import SkipPolicy
 from .trainer.prompt_source import DatasetPrompts, EpochSampler, StreamPrompts
 from .trainer.reward_checks import (
@@ -77,8 +78,10 @@ from .trainer.reward_checks import (
 from .trainer.sampling import (
     ConstantRewardWatch,
     GroupClassification,
+    NoInformativeWatch,
     RoundPlanner,
     SelectionPlan,
+    carry_keeps,
     classify_groups,
     plan_selection,
 )
@@ -248,8 +251,11 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._carry: dict | None = None  # this process's rows of carried groups (see trainer/row_exchange.py)
         self._carry_groups = 0
         self._carry_table: dict[int, list[dict]] = {}
+        self._carry_sampled_at: list[int] = []  # policy version that sampled each carried group (every process)
         self._skip_policy: SkipPolicy | None = None
+        self._probe_rule: ProbeRule | None = None
         self._constant_watch = ConstantRewardWatch()
+        self._no_informative = NoInformativeWatch()
         self._ds_active = bool(args.dynamic_sampling and self.train_dataset is not None)
         if not self._ds_active:
             return
@@ -262,7 +268,8 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 "generation rounds). Set dynamic_sampling=False."
             )
         processes = self.accelerator.num_processes
-        granularity = processes // math.gcd(self.num_generations, processes)  # prompts per round split evenly
+        # prompts per round, so that every generation call's rows split evenly over the processes
+        granularity = probe_granularity(processes, self.num_generations, args.dynamic_sampling_probe)
         self._planner = RoundPlanner(
             self._ds_target,
             strategy=args.dynamic_sampling_round_sizing,
@@ -291,6 +298,13 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
                 half_life=args.dynamic_sampling_skip_half_life,
                 draws=args.dynamic_sampling_skip_draws,
                 num_generations=self.num_generations,
+            )
+        if args.dynamic_sampling_probe:
+            self._probe_rule = ProbeRule(
+                self.num_generations,
+                args.dynamic_sampling_probe,
+                num_prompts=None if self._prompts.streaming else len(self.train_dataset),
+                seed=args.seed,
             )
 
     def _check_token_normalizer(self) -> bool:
@@ -461,10 +475,13 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             "carry": self._carry_state() if self.accelerator.num_processes == 1 else None,
             "carry_processes": self.accelerator.num_processes,  # > 1: the rows are in CARRY_STATE_NAME files
             "carry_groups": self._carry_groups,
+            "carry_sampled_at": list(self._carry_sampled_at),
             "policy_updates": self._policy_updates,
             "skip": self._skip_policy.state_dict() if self._skip_policy is not None else None,
             "num_generations": self.num_generations,
             "constant": self._constant_watch.state_dict(),
+            "no_informative": self._no_informative.state_dict(),
+            "probe": self._probe_rule.state_dict() if self._probe_rule is not None else None,
         }
 
     def load_sampler_state_dict(self, state: dict) -> None:
@@ -486,8 +503,16 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         self._policy_updates = int(state.get("policy_updates", self.state.global_step))
         if self._carry is not None and "_sampled_at" not in self._carry:  # saved before carried rows were dated
             self._carry["_sampled_at"] = -torch.ones_like(self._carry["_group"])
+        # Checkpoints of earlier versions carried groups for one batch: they were sampled one batch ago.
+        per_batch, _ = self._carry_staleness()
+        sampled_at = [round(self._policy_updates - per_batch)] * self._carry_groups
+        self._carry_sampled_at = [int(at) for at in state.get("carry_sampled_at", sampled_at)]
         if state.get("constant") is not None:  # absent from checkpoints of earlier versions
             self._constant_watch.load_state_dict(state["constant"])
+        if state.get("no_informative") is not None:
+            self._no_informative.load_state_dict(state["no_informative"])
+        if self._probe_rule is not None and state.get("probe") is not None:
+            self._probe_rule.load_state_dict(state["probe"])
         if self._skip_policy is not None:
             if state.get("skip") is not None:
                 self._skip_policy.load_state_dict(state["skip"])
@@ -505,12 +530,30 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         generation order. Must return `(plan, missing)` with `len(plan.train) == target - missing`, every id in at most
         one list, and the same result on every process. Default: [`plan_selection`] with `dynamic_sampling_carry_over`.
         """
+        per_batch, most = self._carry_staleness()
+        keep = None
+        if len(self._carry_sampled_at) == num_carried:  # carried groups older than the bound wait no longer
+            keep = carry_keeps(
+                self._carry_sampled_at, now=self._policy_updates, updates_per_batch=per_batch, max_staleness=most
+            )
         return plan_selection(
             num_carried=num_carried,
             num_fresh=num_fresh,
             target=target,
             carry_over=self.args.dynamic_sampling_carry_over,
+            max_carry=max(int(most // per_batch), 1) * target,  # as many batches as a group may wait
+            keep_carried=keep,
         )
+
+    def _carry_staleness(self) -> tuple[float, float]:
+        """
+        Optimizer updates per generation batch (how much staler a carried group grows each batch it waits), and the
+        most a carried group may be when trained (`dynamic_sampling_carry_max_staleness`, default two batches).
+        """
+        args = self.args
+        per_batch = args.steps_per_generation * self.num_iterations / args.gradient_accumulation_steps
+        most = args.dynamic_sampling_carry_max_staleness
+        return per_batch, 2 * per_batch if most is None else most
 
     def log_dynamic_sampling(self, stats: dict[str, float]) -> None:
         """

@@ -20,14 +20,16 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 from torch import nn
 
 from . import batch as _batch
 from .advantages import compute_advantages, nanstd
 from .metrics import merge_completion_metrics, merge_metric
+from .probing import pad_completions
 from .row_exchange import exchange_rows, mask_padding, plan_exchange
-from .sampling import SelectionPlan, classify_groups, round_up
+from .sampling import GroupClassification, SelectionPlan, classify_groups, round_up
 from .underfill import UnderfillFacts, group_spreads, single_value, underfill_cause, underfill_kind
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,11 @@ class _Round:
     truncated: torch.Tensor  # (n G,) bool
     rows_per_call: list[int]  # rows of each TRL generation call the round was split into
     table: list[list[dict]] | None  # completion-table rows, per group (None when completions are not logged)
+    # Probed rounds: the probe's classification, the groups completed after it and the rows generated (n G,) (a
+    # dropped group's rest never was: NaN rewards, no local rows).
+    probe: GroupClassification | None = None
+    completed: np.ndarray | None = None
+    generated: torch.Tensor | None = None
 
 
 class RowChunkedModel(nn.Module):
@@ -91,6 +98,7 @@ class _Step:
     lengths: list[torch.Tensor] = field(default_factory=list)
     truncated: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)  # filter values, per round (n, G)
+    real_rows: list[torch.Tensor] = field(default_factory=list)  # per round (n G,): the rows generated
     rows_per_call: list[int] = field(default_factory=list)
     table: dict[int, list[dict]] = field(default_factory=dict)  # fresh informative group id -> table rows
     trained_table: dict[int, list[dict]] = field(default_factory=dict)  # trained group id -> table rows
@@ -120,17 +128,27 @@ class DynamicSamplingMixin:
             metric_marks=self._metric_marks(),
         )
         while step.num_fresh < step.needed and step.rounds < args.dynamic_sampling_max_rounds:
+            if step.rounds and self._no_informative.established:
+                break  # recent rounds found nothing informative: one round per step until one does
             indices, rows = self._draw_round(step.needed - step.num_fresh)
             if not indices:
                 break
-            scored = self._generate_and_score_round(indices, rows)
+            if self._probe_rule is not None:
+                scored = self._probe_and_complete_round(indices, rows)
+            else:
+                scored = self._generate_and_score_round(indices, rows)
             self._select_round(step, scored, environments=[row.get("environment") for row in rows])
             if torch.isnan(scored.rewards).all():
                 break  # no reward could score anything: more rounds would cost as much and find nothing
             if step.ended_constant:
                 break  # the filter reward gives every completion one value: more rounds cannot change that
         scored = None  # the last round's rows: the kept ones are in `step`; freed before assembly copies those
+        self._no_informative.end_step(rounds=step.rounds, max_rounds=args.dynamic_sampling_max_rounds)
         batch, facts, plan, missing = self._assemble_batch(step)
+        # The policy version that sampled each carried group, in the order the next batch numbers them.
+        self._carry_sampled_at = [
+            self._carry_sampled_at[g] if g < step.num_carried else self._policy_updates for g in sorted(plan.carry)
+        ]
         self._log_step(step, facts, plan, missing, local=batch)
         return self._local_rows(batch)
 
@@ -152,9 +170,10 @@ class DynamicSamplingMixin:
     def _draw_round(self, needed: int) -> tuple[list[int], list[dict]]:
         """
         The prompts of the next round: as many as the planner asks for, a multiple of its granularity; only the missing
-        number while the filter reward gives every completion one value (oversampling cannot help then).
+        number while the filter reward gives every completion one value, or while recent rounds found no informative
+        group at all (oversampling cannot help then).
         """
-        if self._filter_looks_constant():
+        if self._filter_looks_constant() or self._no_informative.established:
             size = round_up(needed, self._planner.granularity)
         else:
             size = self._planner.next_round_size(needed)
@@ -162,25 +181,29 @@ class DynamicSamplingMixin:
         keep = len(indices) - len(indices) % self._planner.granularity
         return indices[:keep], rows[:keep]
 
-    def _generate_and_score_round(self, indices: list[int], rows: list[dict]) -> _Round:
+    def _generate_and_score_round(
+        self, indices: list[int], rows: list[dict], generations: int | None = None
+    ) -> _Round:
         """
-        Generate and score `G` completions for each prompt, through TRL. Generation runs in chunks of at most one
-        generation batch (so a large round never generates more at once than a plain TRL step), but the whole round is
-        scored in one TRL call, so each reward function is called once per round (see [`_round_calls`]). Every process
-        makes the same calls with the same number of rows, so every model forward runs equally often on every process
-        (ZeRO-3 and FSDP need it).
+        Generate and score `G` completions for each prompt (`generations` for a probe or its rest), through TRL.
+        Generation runs in chunks of at most one generation batch (so a large round never generates more at once than a
+        plain TRL step), but the whole round is scored in one TRL call, so each reward function is called once per round
+        (see [`_round_calls`]). Every process makes the same calls with the same number of rows, so every model forward
+        runs equally often on every process (ZeRO-3 and FSDP need it).
         """
-        G = self.num_generations
+        G = generations or self.num_generations
         outs, rewards, penalty, lengths, truncated, rows_per_call, table = [], [], [], [], [], [], []
-        for call in self._round_calls(rows):
+        for call in self._round_calls(rows, G):
             self._generation_chunks = [len(chunk) for chunk in call.chunks] if len(call.chunks) > 1 else None
             # The call's table rows go to an unbounded log of their own: TRL's columns keep one generation batch of
             # rows, fewer than a large round has.
             kept, self._logs = self._logs, _unbounded_logs()
+            whole, self.num_generations = self.num_generations, G  # TRL generates and groups rows by it
             try:
                 out = super()._generate_and_score_completions([row for chunk in call.chunks for row in chunk])
             finally:
                 self._generation_chunks = None
+                self.num_generations = whole
                 call_logs, self._logs = self._logs, kept
             _batch.check_supported(out)
             out.pop("num_items_in_batch", None)
@@ -212,17 +235,23 @@ class DynamicSamplingMixin:
             table=[table[i : i + G] for i in range(0, len(table), G)] if self.log_completions else None,
         )
 
-    def _round_calls(self, rows: list[dict]) -> list[_Call]:
+    def _round_calls(self, rows: list[dict], generations: int | None = None) -> list[_Call]:
         """
-        The TRL calls of a round and this process's rows in each, cut in chunks of one generation batch (each chunk
-        split evenly over the processes, as in a plain TRL step). One call holds every chunk, so a reward with a fixed
-        cost per call (a remote judge, a sandbox start) pays it once per round. With tools, environments or a
-        `rollout_func`, whose generation this trainer cannot cut in chunks, each chunk is its own call.
+        The TRL calls of a round (`generations` completions per prompt, default `G`) and this process's rows in each,
+        cut in chunks of at most one generation batch (each chunk split evenly over the processes, as in a plain TRL
+        step). One call holds every chunk, so a reward with a fixed cost per call (a remote judge, a sandbox start) pays
+        it once per round. With tools, environments or a `rollout_func`, whose generation this trainer cannot cut in
+        chunks, each chunk is its own call.
         """
-        G, processes, rank = self.num_generations, self.accelerator.num_processes, self.accelerator.process_index
+        G = generations or self.num_generations
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        per_chunk = self._ds_target  # prompts whose rows fill one generation batch
+        if G != self.num_generations:  # a probe or its rest: as many prompts as fill one, split evenly
+            even = processes // math.gcd(G, processes)
+            per_chunk = max(self._ds_target * self.num_generations // G // even * even, even)
         chunks, positions = [], []
-        for start in range(0, len(rows), self._ds_target):
-            expanded = [dict(row) for row in rows[start : start + self._ds_target] for _ in range(G)]  # TRL edits rows
+        for start in range(0, len(rows), per_chunk):
+            expanded = [dict(row) for row in rows[start : start + per_chunk] for _ in range(G)]  # TRL edits rows
             per_process = len(expanded) // processes
             chunks.append(expanded[rank * per_process : (rank + 1) * per_process])
             offset = start * G + rank * per_process
@@ -230,6 +259,31 @@ class DynamicSamplingMixin:
         if self.tools or self.rollout_func is not None or self.environment_factories is not None:
             return [_Call([chunk], position) for chunk, position in zip(chunks, positions, strict=True)]
         return [_Call(chunks, torch.cat(positions))] if chunks else []
+
+    def _probe_and_complete_round(self, indices: list[int], rows: list[dict]) -> _Round:
+        """
+        A round that probes before completing (`dynamic_sampling_probe = k`, see `trainer/probing.py`): `k`
+        completions of every prompt in one TRL call, then the other `G - k` of the groups [`ProbeRule`] picks in a
+        second call with the same sampling settings. The round holds whole groups of `G`, the probe's completions
+        first; the rest of a dropped group is never generated. The choice is made on gathered values (the same on every
+        process) and padded so that the second call's rows split evenly over the processes.
+        """
+        G, k = self.num_generations, self._probe_rule.probe
+        probe = self._generate_and_score_round(indices, rows, generations=k)
+        self._round_penalty = probe.penalty
+        values = self.filter_values(probe.rewards)  # (n k,)
+        self._round_penalty = None
+        probed = classify_groups(
+            values, k, tolerance=self.args.dynamic_sampling_tolerance, correct_value=self._correct_value
+        )
+        processes = self.accelerator.num_processes
+        completed = self._probe_rule.complete(indices, probed)
+        completed = pad_completions(completed, processes // math.gcd(G - k, processes))
+        chosen = np.flatnonzero(completed).tolist()
+        rest = None
+        if chosen:
+            rest = self._generate_and_score_round([indices[j] for j in chosen], [rows[j] for j in chosen], G - k)
+        return _completed_round(probe, rest, completed, probed, G, pad_token_id=self._tokenizer.pad_token_id)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
         """TRL's generation, in the chunks [`_round_calls`] planned (once: a tool loop's later turns are not cut)."""
@@ -271,13 +325,18 @@ class DynamicSamplingMixin:
         values = self.filter_values(scored.rewards).view(-1, G)  # (n, G)
         self._round_penalty = None
         informative = self.select_informative_groups(values).to(self.accelerator.device)  # (n,)
+        if scored.completed is not None:  # a group dropped after its probe has no rest to train
+            informative &= torch.from_numpy(scored.completed).to(informative.device)
         classes = classify_groups(
             values.flatten(), G, tolerance=args.dynamic_sampling_tolerance, correct_value=self._correct_value
         )
         self.on_groups_scored(scored.indices, values, informative, classes)
         if self._skip_policy is not None:
             self._skip_policy.record(scored.indices, classes, step=self.state.global_step, informative=informative)
+        if scored.probe is not None:
+            self._probe_rule.record(scored.indices, scored.probe, scored.completed, informative, classes)
         self._planner.update(len(scored.indices), int(informative.sum()))
+        self._no_informative.update(len(scored.indices), int(informative.sum()))
         # every round, so that its state is the same after a resume
         self._constant_watch.update(values, found_informative=bool(informative.any()), environments=environments)
         step.ended_constant = self._filter_looks_constant() and not bool(informative.any())
@@ -302,6 +361,8 @@ class DynamicSamplingMixin:
         step.lengths.append(scored.lengths)
         step.truncated.append(scored.truncated)
         step.values.append(values)
+        real = scored.generated if scored.generated is not None else torch.ones(values.numel(), dtype=torch.bool)
+        step.real_rows.append(real.to(scored.rewards.device))
         step.rows_per_call.extend(scored.rows_per_call)
         step.num_fresh += int(informative.sum())
         step.rounds += 1
@@ -508,9 +569,10 @@ class DynamicSamplingMixin:
         """
         self._merge_call_metrics(step)
         if step.rewards:
-            rewards, lengths = torch.cat(step.rewards), torch.cat(step.lengths)
+            real = torch.cat(step.real_rows)  # the rest of a group dropped after its probe was never generated
+            rewards, lengths = torch.cat(step.rewards)[real], torch.cat(step.lengths)[real]
             scorable = ~torch.isnan(rewards).all(dim=1)
-            self._log_overlong(lengths, torch.cat(step.truncated), torch.cat(step.penalty), scorable)
+            self._log_overlong(lengths, torch.cat(step.truncated)[real], torch.cat(step.penalty)[real], scorable)
             self._log_correctness(rewards, lengths)
             self._warn_about_rewards(rewards)
         if missing:
@@ -543,6 +605,8 @@ class DynamicSamplingMixin:
             stats["accuracy_after_filter"] = self._accuracy(batch["_value"][trained])
         if self._skip_policy is not None:
             stats.update(self._skip_policy.metrics())
+        if self._probe_rule is not None:
+            stats.update(self._probe_rule.metrics())
         self.log_dynamic_sampling(stats)
         self._log_importance_sampling(local)
         self._replace_table(step, batch)
@@ -676,7 +740,7 @@ class DynamicSamplingMixin:
             mixed=step.mixed,
             widest_spread=mixed.max().item() if mixed.numel() else 0.0,
             constant_value=single_value(values),
-            truncated_frac=torch.cat(step.truncated).float().mean().item(),
+            truncated_frac=torch.cat(step.truncated)[torch.cat(step.real_rows)].float().mean().item(),
             filter_label=label,
             varying=varying,
             ended_early=step.ended_constant,
@@ -684,6 +748,7 @@ class DynamicSamplingMixin:
             tolerance=args.dynamic_sampling_tolerance,
             max_completion_length=args.max_completion_length,
             has_correct_value=self._correct_value is not None,
+            quiet_groups=self._no_informative.groups if self._no_informative.established else 0,
         )
 
     # ------------------------------------------------------------------ completions table
@@ -730,6 +795,60 @@ def _unbounded_logs() -> dict:
         "advantages": deque(),
         "extra": defaultdict(deque),
     }
+
+
+def _completed_round(
+    probe: _Round,
+    rest: _Round | None,
+    completed: np.ndarray,
+    probed: GroupClassification,
+    G: int,
+    *,
+    pad_token_id: int,
+) -> _Round:
+    """
+    A probed round as whole groups of `G`: group `j` holds the probe's `k` rows, then the `G - k` rows of the rest
+    where it was completed (`rest` holds the completed groups in round order). Rows never generated get NaN rewards.
+    """
+    n = len(probe.indices)
+    k = probe.rewards.size(0) // n
+    slot = torch.arange(n * k)
+    parts = [(probe, (slot // k) * G + slot % k)]  # round position of each probe row, (n k,)
+    if rest is not None:
+        chosen = torch.from_numpy(np.flatnonzero(completed))  # (m,)
+        slot = torch.arange(chosen.numel() * (G - k))
+        parts.append((rest, chosen[slot // (G - k)] * G + k + slot % (G - k)))  # (m (G - k),)
+
+    def placed(name: str, fill: float | bool) -> torch.Tensor:
+        first = getattr(probe, name)
+        out = torch.full((n * G, *first.shape[1:]), fill, dtype=first.dtype, device=first.device)
+        for part, where in parts:
+            out[where.to(out.device)] = getattr(part, name)
+        return out
+
+    locals_, generated = [], torch.zeros(n * G, dtype=torch.bool)
+    for part, where in parts:
+        generated[where] = True
+        local = dict(part.local)
+        local["_row"] = where.to(local["_row"].device)[local["_row"]]
+        locals_.append(local)
+    table = None
+    if probe.table is not None:
+        rest_tables = iter(rest.table if rest is not None else [])
+        table = [rows + (next(rest_tables) if done else []) for rows, done in zip(probe.table, completed, strict=True)]
+    return _Round(
+        indices=probe.indices,
+        local=_batch.concat_rows(locals_, pad_token_id=pad_token_id),
+        rewards=placed("rewards", torch.nan),
+        penalty=placed("penalty", 0.0),
+        lengths=placed("lengths", 0.0),
+        truncated=placed("truncated", False),
+        rows_per_call=probe.rows_per_call + (rest.rows_per_call if rest is not None else []),
+        table=table,
+        probe=probed,
+        completed=completed,
+        generated=generated,
+    )
 
 
 def _in_round_order(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,9 @@ class UnderfillFacts:
     tolerance: float
     max_completion_length: int | None
     has_correct_value: bool
+    # Groups generated since the last informative one, once a whole step's rounds found none (0 otherwise): later
+    # steps then run one round each (see `NoInformativeWatch`).
+    quiet_groups: int = 0
 
 
 def group_spreads(values: torch.Tensor) -> torch.Tensor:
@@ -98,8 +101,12 @@ def underfill_cause(facts: UnderfillFacts) -> str:
     """
     The cause of an underfilled batch and what to change: the setting that makes groups uninformative when it is one
     (the tolerance, the completion limit, the filter reward), else the data's difficulty. Always quotes the groups as
-    they were.
+    they were, and says when later steps run one round each because recent rounds found nothing informative.
     """
+    return _cause(facts) + _quiet(facts)
+
+
+def _cause(facts: UnderfillFacts) -> str:
     figures = describe_groups(facts)
     kind = underfill_kind(facts)
     if kind == "tolerance":
@@ -154,6 +161,16 @@ def _truncation(facts: UnderfillFacts) -> str:
     return (
         f"{facts.truncated_frac:.0%} of the completions were cut off at max_completion_length="
         f"{facts.max_completion_length} tokens"
+    )
+
+
+def _quiet(facts: UnderfillFacts) -> str:
+    if not facts.quiet_groups:
+        return ""
+    return (
+        f" None of the last {facts.quiet_groups} groups generated was informative: until a round finds one, each step "
+        f"runs a single round of the prompts it needs instead of up to dynamic_sampling_max_rounds={facts.max_rounds} "
+        "(dynamic_sampling_on_exhausted='raise' stops the run instead)."
     )
 
 
