@@ -45,6 +45,7 @@ from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choi
 from dapo_trl.rewards.choice import gold_choice, load_choice_dataset
 from dapo_trl.run.cli import (
     one_line_errors,
+    organize_help,
     parse_or_exit,
     print_plan,
     resume_argument,
@@ -112,6 +113,12 @@ REAL_RUN_FLAGS = ("--model_name_or_path",)
 def build_parser() -> TrlParser:
     parser = TrlParser((DomainQAScriptArguments, DAPOConfig, ModelConfig))
     parser.usage = "%(prog)s [--config YAML] [--FIELD VALUE ...]   (--help lists every field)"
+    parser.description = (
+        "DAPO on multiple-choice questions (the CPU demo without --model_name_or_path). The defaults shown are the "
+        "ones in effect: DAPOConfig's, under the values of the --config YAML (configs/cpu_domain_qa.yaml when no "
+        "--config or model is given)."
+    )
+    organize_help(parser, script_class=DomainQAScriptArguments, model_class=ModelConfig)
     return parser
 
 

@@ -203,12 +203,18 @@ POSITIVE_INT_FLAGS = (
 
 
 def build_parser() -> TrlParser:
-    from dapo_trl.run.cli import require_positive
+    from dapo_trl.run.cli import organize_help, require_positive
 
     parser = TrlParser((MathScriptArguments, DAPOConfig, ModelConfig))
     # the generated usage lists every field (hundreds of lines) above each error message
     parser.usage = "%(prog)s [--config YAML] [--FIELD VALUE ...]   (--help lists every field)"
+    parser.description = (
+        "DAPO on a math task (the CPU demo without --model_name_or_path and --dataset_name). The defaults shown are "
+        "the ones in effect: DAPOConfig's, under the values of the --config YAML (configs/cpu_demo.yaml when no "
+        "--config, model or dataset is given)."
+    )
     require_positive(parser, POSITIVE_INT_FLAGS)
+    organize_help(parser, script_class=MathScriptArguments, model_class=ModelConfig)
     return parser
 
 

@@ -34,7 +34,7 @@ def test_paper_defaults():
         (dict(overlong_buffer_len=0), "overlong_buffer_len"),
         (dict(overlong_penalty_factor=-1.0), "overlong_penalty_factor"),
         (dict(num_generations=1, per_device_train_batch_size=4), "at least 2"),
-        (dict(num_generations=3, per_device_train_batch_size=4), "divisible by num_generations"),
+        (dict(num_generations=3, per_device_train_batch_size=4), "whole groups of num_generations"),
         (dict(dynamic_sampling_max_rounds=0), "max_rounds"),
         (dict(dynamic_sampling_on_exhausted="ignore"), "on_exhausted"),
         (dict(dynamic_sampling_round_sizing="greedy"), "round_sizing"),

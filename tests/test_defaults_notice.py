@@ -42,7 +42,7 @@ def test_an_error_about_a_dapo_default_names_it_and_trl_s():
     with pytest.raises(ValueError) as error:
         make(per_device_train_batch_size=8)  # GRPOConfig's batch with DAPOConfig's 16 samples per prompt
     message = str(error.value)
-    assert "must be divisible by num_generations (16)" in message
+    assert "must hold whole groups of num_generations (16) completions" in message
     assert "num_generations=16 is DAPOConfig's default (GRPOConfig's is 8)" in message
     with pytest.raises(ValueError) as error:
         make(per_device_train_batch_size=6, num_generations=4)  # the user's own values: no note

@@ -10,7 +10,7 @@ import pytest
 import dapo_trl
 
 PACKAGE = Path(dapo_trl.__file__).parent
-ENTRY = {"__init__", "__main__", "_compat", "_validate", "dapo_config", "dapo_trainer"}  # the entry, `python -m`
+ENTRY = {"__init__", "__main__", "_compat", "_help", "_validate", "dapo_config", "dapo_trainer"}  # the entry
 ALIASES = {"data", "evaluation", "launch"}  # old module paths, kept as aliases of dapo_trl.run.*
 FOLDERS = {"trainer", "rewards", "run", "verifier"}
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from ._help import apply_docstring_help
 from ._validate import check_settings, gguf_problem
 from .trainer.preemption import STOP_POINTS
 from .trainer.probing import default_probe, probe_problem, probe_warning
@@ -46,6 +47,21 @@ class DAPOConfig(GRPOConfig):
     > the loss.
 
     Parameters:
+        > Defaults that differ from GRPOConfig's (DAPO §4.1)
+
+        epsilon_high (`float`, *optional*, defaults to `0.28`):
+            Upper clip range of the probability ratio (Clip-Higher, DAPO §3.1, Eq. 10); the lower one is `epsilon`.
+        num_generations (`int`, *optional*, defaults to `16`):
+            Completions sampled per prompt, the group size G (DAPO §4.1).
+        per_device_train_batch_size (`int`, *optional*, defaults to `16`):
+            Rows (completions) per device and micro-step. The default holds one whole group of the default
+            `num_generations`.
+        lr_scheduler_type (`str`, *optional*, defaults to `"constant_with_warmup"`):
+            Learning-rate schedule: constant after a linear warm-up (DAPO §4.1).
+        warmup_steps (`float`, *optional*, defaults to `20`):
+            Linear warm-up, in optimizer steps (an integer) or as a ratio of the total steps (below 1); DAPO §4.1 warms
+            up over 20 rollout steps, i.e. 20 x the optimizer steps per rollout step.
+
         > Overlong reward shaping (DAPO §3.4)
 
         overlong_shaping (`bool`, *optional*, defaults to `True`):
@@ -195,186 +211,54 @@ class DAPOConfig(GRPOConfig):
     """
 
     # Paper defaults that differ from GRPOConfig's
-    epsilon_high: float | None = field(
-        default=0.28,
-        metadata={"help": "Upper clip range epsilon_high (Clip-Higher, DAPO §3.1). The paper uses 0.28."},
-    )
-    num_generations: int | None = field(
-        default=16,
-        metadata={"help": "Completions sampled per prompt (group size G). The paper uses 16 (DAPO §4.1)."},
-    )
-    per_device_train_batch_size: int = field(
-        default=16,
-        metadata={"help": "Rows (completions) per device and micro-step; 16 so the default holds one group of 16."},
-    )
-    lr_scheduler_type: str = field(
-        default="constant_with_warmup",
-        metadata={"help": "Learning-rate schedule. DAPO §4.1: constant after a linear warm-up."},
-    )
-    warmup_steps: float = field(
-        default=20,
-        metadata={
-            "help": "Linear warm-up, in optimizer steps (int) or as a ratio of total steps (float < 1). DAPO §4.1 warms "
-            "up over 20 rollout steps, i.e. 20 x (optimizer steps per rollout)."
-        },
-    )
+    epsilon_high: float | None = 0.28
+    num_generations: int | None = 16
+    per_device_train_batch_size: int = 16
+    lr_scheduler_type: str = "constant_with_warmup"
+    warmup_steps: float = 20
 
     # Overlong reward shaping
-    overlong_shaping: bool = field(
-        default=True,
-        metadata={"help": "Add the soft overlong punishment (DAPO Eq. 13) to the correctness reward."},
-    )
-    overlong_buffer_len: int | None = field(
-        default=None,
-        metadata={"help": "Punishment interval L_cache before max_completion_length. Defaults to max_length // 5."},
-    )
-    overlong_penalty_factor: float = field(
-        default=1.0,
-        metadata={"help": "Penalty reached at max_completion_length."},
-    )
+    overlong_shaping: bool = True
+    overlong_buffer_len: int | None = None
+    overlong_penalty_factor: float = 1.0
 
     # Dynamic sampling
-    dynamic_sampling: bool = field(
-        default=True,
-        metadata={"help": "Filter out prompt groups with constant reward and refill the batch (DAPO §3.2)."},
-    )
-    dynamic_sampling_reward: str | None = field(
-        default=None,
-        metadata={
-            "help": "Reward function name deciding informativeness, or 'total'. Defaults to the first reward function."
-        },
-    )
-    dynamic_sampling_tolerance: float = field(
-        default=0.0,
-        metadata={"help": "A group is informative when max - min of its filter rewards exceeds this."},
-    )
-    dynamic_sampling_max_rounds: int = field(
-        default=10,
-        metadata={"help": "Most generation rounds per generation batch."},
-    )
-    dynamic_sampling_on_exhausted: str = field(
-        default="train",
-        metadata={
-            "help": "When rounds run out: 'train' on what was collected, or 'raise'.",
-            "choices": EXHAUSTED_POLICIES,
-        },
-    )
-    dynamic_sampling_round_sizing: str = field(
-        default="adaptive",
-        metadata={"help": "Round size strategy: 'adaptive', 'deficit' or 'fixed'.", "choices": STRATEGIES},
-    )
-    dynamic_sampling_max_round_prompts: int | None = field(
-        default=None,
-        metadata={"help": "Largest round in prompts. Defaults to 8x the groups of a generation batch."},
-    )
-    dynamic_sampling_margin: float = field(
-        default=1.5,
-        metadata={"help": "Safety margin of the adaptive round size, in binomial standard deviations."},
-    )
-    dynamic_sampling_carry_over: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Carry surplus informative groups into the next generation batches instead of discarding them. "
-            "Defaults to dynamic_sampling_skip."
-        },
-    )
-    dynamic_sampling_carry_max_staleness: float | None = field(
-        default=None,
-        metadata={
-            "help": "Most optimizer updates a carried group may be stale when trained. Defaults to two generation "
-            "batches."
-        },
-    )
+    dynamic_sampling: bool = True
+    dynamic_sampling_reward: str | None = None
+    dynamic_sampling_tolerance: float = 0.0
+    dynamic_sampling_max_rounds: int = 10
+    dynamic_sampling_on_exhausted: str = field(default="train", metadata={"choices": EXHAUSTED_POLICIES})
+    dynamic_sampling_round_sizing: str = field(default="adaptive", metadata={"choices": STRATEGIES})
+    dynamic_sampling_max_round_prompts: int | None = None
+    dynamic_sampling_margin: float = 1.5
+    dynamic_sampling_carry_over: bool | None = None
+    dynamic_sampling_carry_max_staleness: float | None = None
 
     # Prompt length
-    max_prompt_length: int | None = field(
-        default=None,
-        metadata={
-            "help": "Longest prompt, in tokens; longer prompts are cut on prompt_truncation_side. None: no limit "
-            "(prompts longer than the model's context are refused when the trainer is built)."
-        },
-    )
-    prompt_truncation_side: str = field(
-        default="left",
-        metadata={
-            "help": "Where prompts longer than max_prompt_length are cut: 'left' keeps their end (verl's choice), "
-            "'right' keeps their start, 'error' refuses them.",
-            "choices": TRUNCATION_SIDES,
-        },
-    )
+    max_prompt_length: int | None = None
+    prompt_truncation_side: str = field(default="left", metadata={"choices": TRUNCATION_SIDES})
 
     # Pre-rollout prompt skipping
-    dynamic_sampling_skip: bool = field(
-        default=False,
-        metadata={"help": "Skip, before generation, prompts whose recent groups were all zero-variance (explored)."},
-    )
-    dynamic_sampling_skip_rule: str = field(
-        default="streak",
-        metadata={"help": "Skip rule: 'posterior' (Thompson draws from a per-prompt Beta posterior) or 'streak'."},
-    )
-    dynamic_sampling_skip_half_life: float = field(
-        default=100.0,
-        metadata={"help": "Half-life, in steps, of the success counts of each prompt's posterior (posterior rule)."},
-    )
-    dynamic_sampling_skip_draws: int = field(
-        default=1,
-        metadata={"help": "Thompson draws per skip decision (posterior rule): skipped only if every draw says so."},
-    )
-    dynamic_sampling_skip_target: float = field(
-        default=0.75,
-        metadata={"help": "Informative rate of generated groups that skipping steers towards, in (0, 1]."},
-    )
-    dynamic_sampling_skip_max_prob: float = field(
-        default=0.95,
-        metadata={"help": "Highest skip probability, in [0, 1): a skipped prompt keeps a chance to be drawn again."},
-    )
-    dynamic_sampling_probe: int | None = field(
-        default=None,
-        metadata={
-            "help": "Completions generated first (the probe) before deciding to complete a group; 0: whole groups. "
-            "Defaults to num_generations // 4 (at least 2) with dynamic_sampling_skip, else 0."
-        },
-    )
+    dynamic_sampling_skip: bool = False
+    dynamic_sampling_skip_rule: str = "streak"
+    dynamic_sampling_skip_half_life: float = 100.0
+    dynamic_sampling_skip_draws: int = 1
+    dynamic_sampling_skip_target: float = 0.75
+    dynamic_sampling_skip_max_prob: float = 0.95
+    dynamic_sampling_probe: int | None = None
 
     # Preemption and restarts
-    preemption_handling: bool = field(
-        default=True,
-        metadata={"help": "On SIGTERM/SIGUSR1/Ctrl-C: finish the current step, save a checkpoint, exit with code 75."},
-    )
-    preemption_stop_at: str = field(
-        default="step",
-        metadata={
-            "help": "Where a preempted run stops: 'step' or 'rollout' (both resume exactly).",
-            "choices": STOP_POINTS,
-        },
-    )
-    preemption_timeout: float | None = field(
-        default=600.0,
-        metadata={"help": "Seconds after a signal to reach the stop point, else exit with code 124 without saving."},
-    )
-    auto_resume: bool = field(
-        default=False,
-        metadata={"help": "Resume from the newest complete checkpoint in output_dir when there is one."},
-    )
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Start at step 0 in an output_dir that holds checkpoints, deleting them first."},
-    )
+    preemption_handling: bool = True
+    preemption_stop_at: str = field(default="step", metadata={"choices": STOP_POINTS})
+    preemption_timeout: float | None = 600.0
+    auto_resume: bool = False
+    overwrite_output_dir: bool = False
 
     # vLLM engine
-    vllm_dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "Dtype of the colocated vLLM engine: auto (on CPU the trainer's; on a GPU vLLM's choice, as "
-            "GRPOTrainer's engine), float32, bfloat16 or float16."
-        },
-    )
+    vllm_dtype: str = "auto"
 
     # Diagnostics
-    diagnostics: bool = field(
-        default=True,
-        metadata={"help": "Watch the logged metrics for GRPO's failure modes, warn and log diagnostics/<name>."},
-    )
+    diagnostics: bool = True
 
     def __post_init__(self):
         # TRL derives the generation batch from these when the user sets neither (its errors then name it anyway)
@@ -568,6 +452,9 @@ class DAPOConfig(GRPOConfig):
                 "save_only_model=True: the checkpoint saved on preemption holds only the model (no optimizer, scheduler "
                 "or RNG state), so a restart cannot continue the run exactly."
             )
+
+
+apply_docstring_help(DAPOConfig)  # each setting's --help is its docstring entry (dapo_trl._help)
 
 
 def _check_positive_counts(config: DAPOConfig) -> None:

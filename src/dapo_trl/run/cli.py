@@ -319,6 +319,50 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def organize_help(parser: Any, *, script_class: type, model_class: type | None = None) -> None:
+    """
+    Group the `--help` of an example's `TrlParser((script_class, DAPOConfig, model_class))` the way a DAPO user reads
+    it: the DAPO settings first, under the headings of DAPOConfig's docstring (its defaults that differ from
+    GRPOConfig's, overlong shaping, dynamic sampling, ...), then the script's settings, then those of TRL's
+    GRPOConfig, transformers' TrainingArguments and TRL's `model_class`. A `--no_X` flag says that it turns `X` off
+    (transformers gives it `X`'s own text).
+    """
+    import dataclasses
+
+    from transformers import TrainingArguments
+    from trl import GRPOConfig
+
+    from .._help import parameter_docs, plain_text
+    from ..dapo_config import DAPOConfig
+
+    def names(cls: type | None) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+
+    training = names(TrainingArguments)
+    sections: dict[str, set[str]] = {}
+    for name, doc in parameter_docs(DAPOConfig.__doc__ or "").items():
+        sections.setdefault(f"DAPO: {plain_text(doc.heading)}", set()).add(name)
+    sections[f"{script_class.__name__}: the script's settings"] = names(script_class)
+    sections["TRL GRPOConfig"] = names(GRPOConfig) - training
+    sections["transformers TrainingArguments"] = training
+    if model_class is not None:
+        sections[f"TRL {model_class.__name__}"] = names(model_class)
+    groups = {title: argparse._ArgumentGroup(parser, title) for title in sections}
+    remaining = []
+    for action in [a for group in parser._action_groups for a in group._group_actions]:
+        title = next((t for t, members in sections.items() if action.dest in members), None)
+        if title is None:  # --help, and any flag no dataclass declares
+            remaining.append(action)
+            continue
+        if action.option_strings and action.option_strings[0].startswith("--no_"):
+            # `%(default).0s` prints nothing, and keeps the formatter from adding the (False) default of this flag
+            action.help = f"Turn off --{action.dest}.%(default).0s"
+        groups[title]._group_actions.append(action)
+    options = argparse._ArgumentGroup(parser, "other options")
+    options._group_actions.extend(remaining)
+    parser._action_groups = [options, *(g for g in groups.values() if g._group_actions)]
+
+
 def parse_values(parser: Any, argv: Sequence[str]) -> argparse.Namespace:
     """
     Every field's value from `--config` and the command line (command line last), as [`~trl.TrlParser`] reads them,
