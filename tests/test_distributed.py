@@ -46,7 +46,7 @@ def launch(out_dir, mode):
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-@pytest.mark.parametrize("mode", ["discard", "carry"])
+@pytest.mark.parametrize("mode", ["discard", "carry", "probe"])
 def test_two_processes_balanced_exact_and_filtered(tmp_path, mode):
     ranks = launch(tmp_path, mode)
     assert ranks[0]["world"] == 2, "accelerate started a single process"
@@ -79,6 +79,11 @@ def test_two_processes_balanced_exact_and_filtered(tmp_path, mode):
     assert [f[0] for f in ranks[0]["forwards"]] == [f[0] for f in ranks[1]["forwards"]]
     history = ranks[0]["history"]
     assert all(h.get("dynamic_sampling/underfilled", 0) == 0 for h in history)
+    if mode != "discard":  # probing: the same decisions on both ranks, and some groups stopped after their probe
+        probe0, probe1 = ranks[0]["probe"], ranks[1]["probe"]
+        for name, value in probe0.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(probe1[name])), name
+        assert sum(h.get("dynamic_sampling/probe_dropped", 0) for h in history) > 0
     if mode == "carry":
         assert any(h.get("dynamic_sampling/groups_carried", 0) > 0 for h in history)
         skip0, skip1 = ranks[0]["skip"], ranks[1]["skip"]

@@ -3,6 +3,9 @@
 Trains a few DAPO steps where prompt groups span the two processes and the first round puts no informative group on
 rank 0, then saves, per rank, the micro-batches, gradients and parameters of every optimizer step.
 
+Modes `discard`, `carry` (with prompt skipping and its defaults: carry-over and a probe of 2) and `probe` (a probe of
+3 completions of 4, without skipping).
+
 Mode `skip`: the first batch holds informative groups, the next ones none; saves, per rank, the weights, optimizer
 state and learning rate after every optimizer step.
 """
@@ -88,6 +91,8 @@ def main(out_dir: str, carry_over: str) -> None:
         ddp_find_unused_parameters=False,
         dynamic_sampling_carry_over=carry_over == "carry",
         dynamic_sampling_skip=carry_over == "carry",  # the skip history must stay identical on both ranks
+        # probe 3 of 4: the rest (1 row a group) splits evenly only for an even number of groups, so padding acts
+        dynamic_sampling_probe=3 if carry_over == "probe" else None,
     )
     args = config(out_dir, **overrides)
     target = args.generation_batch_size // args.num_generations
@@ -113,6 +118,7 @@ def main(out_dir: str, carry_over: str) -> None:
             "world": trainer.accelerator.num_processes,
             "forwards": forwards,
             "skip": trainer._skip_policy.state_dict() if trainer._skip_policy is not None else None,
+            "probe": trainer._probe_rule.state_dict() if trainer._probe_rule is not None else None,
         },
         os.path.join(out_dir, f"rank{rank}.pt"),
     )
