@@ -131,10 +131,18 @@ def run(out_dir: Path, specs: list[dict], *, processes: int, resume_from: Path |
     if resume_from is not None:
         cmd += ["--resume-from", str(resume_from)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    for attempt in range(2):
+        if processes > 1:
+            cmd[cmd.index("--main_process_port") + 1] = str(free_port())
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        # The port is free when chosen but can be taken before the launcher binds it: that alone is retried.
+        if result.returncode == 0 or "address already in use" not in result.stderr.lower() or attempt:
+            break
+    log = out_dir / "launch.log"
+    log.write_text(f"{' '.join(cmd)}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}")
     started = [line for line in result.stdout.splitlines() if line.startswith("state-space draw")]
     assert result.returncode == 0, (
-        f"{processes} process(es) failed at {started[-1] if started else 'start'}\n"
+        f"{processes} process(es) failed at {started[-1] if started else 'start'} (whole output: {log})\n"
         + result.stdout[-2000:]
         + result.stderr[-6000:]
     )
