@@ -72,6 +72,7 @@ def test_temperature_0_is_greedy_and_the_global_random_state_is_left_alone(monke
     assert sampled == [False] and torch.equal(torch.get_rng_state(), state)
     assert result["sampling"] == "greedy, k=2" and result["n"] == 2 and len(result["correct"]) == 2
     assert result["backend"] == "transformers" and result["accuracy"] == result["avg@2"]
+    assert result["format_rate"] == 1 - result["no_answer_frac"]
 
 
 def test_auto_picks_vllm_where_the_run_used_it_or_a_gpu_has_it():

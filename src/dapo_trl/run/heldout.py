@@ -34,7 +34,7 @@ def heldout_evaluation(model: Any, tokenizer: Any, dataset: Any, record: RunReco
     Returns:
         `dict`: the metrics of [`~dapo_trl.run.evaluation.evaluate`] (without the samples), plus `accuracy` (avg@k), `n`,
         `correct` (each problem's share of right samples, for [`paired_result`]), `sampling` (how the completions
-        were drawn, in words), `examples` (the first three completions), `backend` and `seconds`.
+        were drawn, in words), `format_rate`, `examples` (the first three completions), `backend` and `seconds`.
     """
     import torch
 
@@ -71,6 +71,7 @@ def heldout_evaluation(model: Any, tokenizer: Any, dataset: Any, record: RunReco
         torch.set_rng_state(state)
     samples = metrics.pop("samples")
     metrics["accuracy"], metrics["n"] = metrics[f"avg@{settings.k}"], metrics["num_prompts"]
+    metrics["format_rate"] = 1 - metrics["no_answer_frac"]  # completions with an answer the verifier can read
     metrics["correct"] = [sum(map(bool, s["correct"])) / len(s["correct"]) for s in samples]
     metrics["sampling"] = settings.describe()
     metrics["examples"] = [s["completions"][0] for s in samples[:3]]
