@@ -79,6 +79,11 @@ COVERED: dict[str, tuple[str, ...]] = {
         "tests/test_ablation.py::test_quick_run_writes_table_and_png",
         "tests/test_ablation.py::test_skipping_variant_is_full_dapo_with_prompt_skipping",
     ),
+    'python benchmarks/ablation.py --rl-train-size 200 --stem ablation_probe --variants "full DAPO (defaults)" '
+    '"full DAPO + prompt skipping"': (
+        "tests/test_ablation.py::test_quick_run_writes_table_and_png",
+        "tests/test_ablation.py::test_skipping_variant_is_full_dapo_with_prompt_skipping",
+    ),
     # docs/real_model.md: the converter (the tier's fixture runs it), the tier, and the real model through the main job
     "python scripts/get_smollm2.py --output models/SmolLM2-135M-Instruct": (
         "tests/test_real_model.py::test_converted_folder_loads_like_a_hub_checkpoint",
