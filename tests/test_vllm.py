@@ -194,6 +194,25 @@ def test_the_smollm2_recipe_trains_through_vllm_from_the_warmed_up_weights(tmp_p
     assert steps[0]["sampling/sampling_logp_difference/max"] <= 1e-3, steps[0]
     summary = json.loads((out / "eval_summary.json").read_text())
     assert summary["heldout"]["n"] == 4 and summary["seconds"]["rl"] > 0
+    # the run's one held-out result, before and after RL, came from its own (synced) engine, greedy as the recipe says
+    assert summary["heldout_before"]["backend"] == summary["heldout_after"]["backend"] == "vllm"
+    assert summary["heldout"]["sampling"] == "greedy, k=1"
+    # the evaluation command line samples with vLLM as the run did (its record says so), on the same problems
+    cli = tmp_path / "cli.json"
+    printed = run_documented(
+        tmp_path,
+        *(
+            "-m",
+            "dapo_trl.evaluation",
+            "--model",
+            str(out),
+            "--dataset",
+            "examples/data/word_problems/heldout_one_step.jsonl",
+        ),
+        *("--max_samples", "4", "--output", str(cli)),
+    )
+    assert "completions with vllm" in printed
+    assert json.loads(cli.read_text())["num_prompts"] == 4
 
 
 def test_the_speed_benchmark_prints_both_ratios(tmp_path, smollm2_dir):
