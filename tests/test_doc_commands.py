@@ -120,6 +120,21 @@ COVERED: dict[str, tuple[str, ...]] = {
     "--eval-fractions 0.5 1.0 --max-minutes 35": (
         "tests/test_vllm.py::test_the_real_model_benchmark_trains_its_arms_through_vllm",
     ),
+    # docs/dapo_vs_grpo.md: a unit of the pre-registered comparison (B is set by the pilot), reduced in the vllm tier
+    "OMP_NUM_THREADS=2 nice -n 10 .venv-vllm/bin/python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct "
+    "--phase unit --vllm --shared-order --stop-rule nearest --eval-at-start --arms grpo dapo --rl-seed 100 "
+    "--two-step 0 --warmup-two-step 0.6 --test-size 1000 --lr 3e-5 --prompts-per-step 4 --updates-per-rollout 2 "
+    "--max-completion-length 32 --overlong-buffer-len 0 --max-rounds 0 --budget-tokens B --eval-fractions 0.5 1.0 "
+    "--max-minutes 40": (
+        "tests/test_vllm.py::test_the_pre_registered_protocol_scores_held_out_problems_through_each_units_engine",
+    ),
+    # docs/development.md: the randomized multi-process test
+    "python -m pytest tests/test_state_space.py": ("tests/test_state_space.py::test_fixed_draws_of_the_state_space",),
+    "python -m pytest tests/test_state_space.py --run-slow -k random": (
+        "tests/test_state_space.py::test_random_draws_of_the_state_space",
+    ),
+    "DAPO_TRL_STATE_SPACE_SEED=7 DAPO_TRL_STATE_SPACE_DRAWS=100 python -m pytest tests/test_state_space.py "
+    "--run-slow -k random": ("tests/test_state_space.py::test_random_draws_of_the_state_space",),
     "OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick": (
         "tests/test_real_model_benchmark.py::test_quick_run_on_the_tiny_model_writes_the_table_and_counts_every_generated_token",
     ),

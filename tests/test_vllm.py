@@ -161,6 +161,14 @@ ENGINE_ON_2_CORES = {  # docs/vllm.md, "Engine settings on a small CPU machine"
 }
 
 
+def load_real_model_benchmark():
+    spec = importlib.util.spec_from_file_location("real_model_benchmark", ROOT / "benchmarks" / "real_model.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["real_model_benchmark"] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_documented(tmp_path: Path, *command: str, timeout: int = 900) -> str:
     env = {**os.environ, **ENGINE_ON_2_CORES, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(
@@ -224,6 +232,42 @@ def test_the_speed_benchmark_prints_both_ratios(tmp_path, smollm2_dir):
         *("--step-tokens", "8"),
     )
     assert "transformers generate" in printed and "the vLLM step takes" in printed, printed[-3000:]
+
+
+def test_the_pre_registered_protocol_scores_held_out_problems_through_each_units_engine(tmp_path):
+    """
+    docs/dapo_vs_grpo.md's units, reduced (`--quick`): a pair sharing its prompt order, each unit scoring the starting
+    model and its final model greedily through its own engine. The two units' starting outcomes are the same (one
+    model, deterministic decoding), the engine's greedy completions are transformers' own, and per-problem outcomes
+    and per-step tokens are recorded.
+    """
+    run_documented(
+        tmp_path,
+        "benchmarks/real_model.py",
+        *("--quick", "--vllm", "--phase", "unit", "--arms", "grpo", "dapo", "--rl-seed", "7"),
+        *("--shared-order", "--stop-rule", "nearest", "--eval-at-start", "--overlong-buffer-len", "0"),
+        *("--max-rounds", "0", "--cache-dir", str(tmp_path / "cache"), "--results-dir", str(tmp_path)),
+    )
+    data = json.loads((tmp_path / "real_model_quick.json").read_text())
+    assert data["settings"]["shared_order"] and data["settings"]["code"]
+    units = {arm: data["arms"][arm]["seeds"][0] for arm in ("grpo", "dapo")}
+    starts = {arm: unit["curve"][0] for arm, unit in units.items()}
+    assert starts["grpo"]["tokens"] == 0 and starts["grpo"]["correct"] == starts["dapo"]["correct"]
+    assert data["warmup"]["heldout_correct"] == starts["grpo"]["correct"]
+    for unit in units.values():
+        assert len(unit["heldout_correct"]) == unit["heldout_n"] == 8
+        assert all(h["tokens"] is not None for h in unit["history"])
+    record = json.loads(next((tmp_path / "cache").glob("arm-grpo-*.json")).read_text())
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dapo_trl.run.evaluation import sample_completions
+
+    bench = load_real_model_benchmark()
+    warm = data["warmup"]["model_dir"]
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(warm), AutoTokenizer.from_pretrained(warm)
+    prompts = bench.held_out(bench.parse_args(["--quick", "--model", warm, "--two-step", "0.6"]))["prompt"][:4]
+    greedy = sample_completions(model, tokenizer, prompts, k=1, max_new_tokens=16, do_sample=False, batch_size=4)
+    assert [g[0] for g in greedy] == record["curve"][0]["examples"]
 
 
 def test_the_real_model_benchmark_trains_its_arms_through_vllm(tmp_path):
