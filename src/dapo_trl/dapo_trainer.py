@@ -404,11 +404,14 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
         Extension point: which groups are informative.
 
         Args:
-            values (`torch.Tensor` of shape `(num_groups, G)`): [`filter_values`] per group.
+            values (`torch.Tensor` of shape `(num_groups, G)`): [`filter_values`] per group (with
+                `dynamic_sampling_probe`, `NaN` for the completions a group stopped after its probe never had; such
+                a group is never trained, whatever the verdict).
 
         Returns:
             Bool `torch.Tensor` of shape `(num_groups,)`. Default: the group's values are not constant (spread above
-            `dynamic_sampling_tolerance`, unscorable `NaN` ignored). Identical on every process (same inputs).
+            `dynamic_sampling_tolerance`, unscorable `NaN` ignored). Identical on every process (same inputs). The
+            probe's own decision uses the default test.
         """
         return classify_groups(
             values.flatten(),
@@ -444,8 +447,10 @@ class DAPOTrainer(PreemptionMixin, DynamicSamplingMixin, GRPOTrainer):
             prompt_indices (`list[int]`):
                 Dataset index of each group's prompt, in round order. An index can appear twice in one round when the
                 round crosses an epoch boundary.
-            values (`torch.Tensor` of shape `(num_groups, G)`): [`filter_values`] per group.
-            informative (`torch.Tensor` of shape `(num_groups,)`): [`select_informative_groups`]'s verdict.
+            values (`torch.Tensor` of shape `(num_groups, G)`): [`filter_values`] per group (`NaN` where a group
+                stopped after its probe has no completion).
+            informative (`torch.Tensor` of shape `(num_groups,)`): [`select_informative_groups`]'s verdict (false
+                for a group stopped after its probe).
             classification ([`GroupClassification`]):
                 All-correct / all-wrong / informative split of the groups by [`classify_groups`] (all-correct means
                 every value reached [`correct_value`]).
