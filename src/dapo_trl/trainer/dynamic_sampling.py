@@ -5,6 +5,9 @@
     draw a round of prompts -> generate and score them through TRL -> select the informative groups
     (repeat until the batch is full or the rounds run out) -> assemble the batch -> log it once
 
+With `dynamic_sampling_probe = k`, "generate and score" is two TRL calls: a probe of `k` completions per prompt, then
+the rest of the groups the probe rule completes (`probing.py`); the round then holds whole groups of `G` as before.
+
 Decisions (which groups are informative, how big a round is, what is trained, carried or discarded) are made by the
 pure functions of `sampling` and the trainer's extension points, on values gathered from every process, so every
 process runs the same rounds; each round is scored in one TRL call (one call per reward function) and generated in
