@@ -892,7 +892,7 @@ def run_rounds_section(args: argparse.Namespace, planner_kwargs: dict) -> dict[t
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="Few steps, small batches: runs in a few seconds.")
+    parser.add_argument("--quick", action="store_true", help="Few steps, small batches: about half a minute.")
     parser.add_argument(
         "--section",
         choices=("all", "rounds", "skip", "heldout"),
