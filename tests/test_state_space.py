@@ -2,8 +2,9 @@
 Randomized multi-process test of dynamic sampling: short trainings on 2 CPU processes (gloo) over seeded draws of the
 sampler's state space, each compared with the same draw on one process.
 
-A draw fixes carry-over, round sizing, the skip rule, `steps_per_generation`, gradient accumulation, `num_iterations`,
-the reward pattern (easy, hard, mixed, continuous, none), whether prompts run out, and the global batch. For each draw:
+A draw fixes carry-over and how stale a carried group may get, round sizing, the skip rule, probing,
+`steps_per_generation`, gradient accumulation, `num_iterations`, the reward pattern (easy, hard, mixed, continuous,
+none), whether prompts run out, and the global batch. For each draw:
 
 - the 2-process run ends without a collective mismatch or timeout;
 - every micro-batch has `per_device_train_batch_size` rows on every process;
@@ -66,6 +67,7 @@ def draw(rng: random.Random, name: str) -> dict:
     iterations = rng.choice([1, 1, 2])
     batches = rng.randint(2, 4) if per_generation * iterations == accumulation else rng.randint(1, 2)
     max_steps = batches * per_generation * iterations // accumulation  # whole generation batches (see `cycle`)
+    one_batch = per_generation * iterations / accumulation  # optimizer updates per generation batch
     return {
         "name": name,
         "num_generations": G,
@@ -73,7 +75,9 @@ def draw(rng: random.Random, name: str) -> dict:
         "gradient_accumulation_steps": accumulation,
         "steps_per_generation": per_generation,
         "num_iterations": iterations,
-        "carry_over": rng.random() < 0.6,
+        "carry_over": rng.choice([True, True, False, None]),
+        "carry_max_staleness": rng.choice([None, one_batch, 3 * one_batch]),
+        "probe": rng.choice([None, 0, 2, 3] if G == 4 else [None, 0]),
         "round_sizing": rng.choice(["adaptive", "deficit", "fixed"]),
         "max_rounds": rng.randint(1, 4),
         "skip_rule": rng.choice([None, "streak", "posterior"]),

@@ -121,7 +121,9 @@ def build(draw: dict, out_dir: str, world: int) -> tuple[DrawTrainer, PerStep]:
         seed=draw["seed"],
         ddp_find_unused_parameters=False,
         ddp_timeout=120,
-        dynamic_sampling_carry_over=draw["carry_over"],
+        dynamic_sampling_carry_over=draw["carry_over"],  # None: the default (on with skipping)
+        dynamic_sampling_carry_max_staleness=draw.get("carry_max_staleness"),
+        dynamic_sampling_probe=draw.get("probe"),  # None: the default (G // 4, at least 2, with skipping)
         dynamic_sampling_round_sizing=draw["round_sizing"],
         dynamic_sampling_max_rounds=draw["max_rounds"],
         dynamic_sampling_skip=draw["skip_rule"] is not None,
