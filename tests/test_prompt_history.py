@@ -233,9 +233,34 @@ def test_each_class_is_skipped_by_its_own_measured_rate():
         hard = [150 + (step * 7 + k) % 50 for k in range(5)]
         policy.record(easy + hard + list(range(20)), groups(*[ALL_CORRECT] * 5, *[INFORMATIVE] * 25), step=step)
         policy.record(hard, groups(*[ALL_WRONG] * 5), step=step)  # back to all-wrong, ready to be redrawn
-    assert policy.class_rate(ALL_CORRECT, 3) < 0.05 and policy.class_rate(ALL_WRONG, 1) > 0.9
+    # the hard prompts were informative in between: their class is the one of prompts with an informative past
+    assert policy.class_rate(ALL_CORRECT, 3) < 0.05 and policy.class_rate(ALL_WRONG, 1, informative_before=True) > 0.9
     assert policy.skip_probability(ALL_CORRECT, 3) == pytest.approx(0.95)
-    assert policy.skip_probability(ALL_WRONG, 1) == 0.0
+    assert policy.skip_probability(ALL_WRONG, 1, informative_before=True) == 0.0
+
+
+def test_a_uniform_group_after_an_informative_one_is_its_own_class():
+    """
+    Mixed prompts (informative 2 times in 3) that come out all-wrong once are not easy or hard prompts: they keep being
+    generated while prompts that never gave an informative group, with the same last outcome and streak, are skipped.
+    """
+    rng = random.Random(0)
+    policy = SkipPolicy(200, rule="streak", target=1.0, max_skip=0.95)
+    for step in range(200):
+        mixed = [(step * 5 + k) % 100 for k in range(5)]  # prompts 0-99
+        hard = [100 + (step * 5 + k) % 100 for k in range(5)]  # prompts 100-199: never informative
+        outcomes = [INFORMATIVE if rng.random() < 2 / 3 else ALL_WRONG for _ in mixed]
+        policy.record(mixed + hard, groups(*outcomes, *[ALL_WRONG] * 5), step=step)
+    # with the same last outcome and streak, the prompts that were never informative are (nearly) never so again
+    assert policy.class_rate(ALL_WRONG, 3, informative_before=True) > 0.35
+    assert policy.class_rate(ALL_WRONG, 3, informative_before=False) < 0.1
+    assert policy.skip_probability(ALL_WRONG, 3, informative_before=False) == pytest.approx(0.95)
+    assert policy.skip_probability(ALL_WRONG, 3, informative_before=True) < 0.5
+    state = policy.state_dict()
+    resumed = SkipPolicy(200, rule="streak", target=1.0, max_skip=0.95)
+    resumed.load_state_dict(state)
+    assert (resumed.informative_seen == policy.informative_seen).all() and policy.informative_seen[:100].any()
+    assert not policy.informative_seen[100:].any()
 
 
 @pytest.mark.parametrize("target, skips", [(1.0, True), (0.2, False)])
@@ -249,12 +274,13 @@ def test_skipping_relaxes_once_generated_groups_beat_the_target(target, skips):
         fresh = [10 + (step * 10 + k) % 90 for k in range(10)]
         outcomes = [INFORMATIVE if rng.random() < 0.3 else ALL_WRONG for _ in probes]
         policy.record(probes + fresh, groups(*outcomes, *[INFORMATIVE] * 10), step=step)
-    assert policy.class_rate(ALL_WRONG, 1) == pytest.approx(0.3, abs=0.12)
+    # the probed prompts have all been informative before: their class is the one with an informative past
+    assert policy.class_rate(ALL_WRONG, 1, informative_before=True) == pytest.approx(0.3, abs=0.12)
     assert 0.55 < policy.expected_informative_rate < 0.75
     if skips:
-        assert policy.skip_probability(ALL_WRONG, 1) > 0.8
+        assert policy.skip_probability(ALL_WRONG, 1, informative_before=True) > 0.8
     else:
-        assert policy.skip_probability(ALL_WRONG, 1) == 0.0
+        assert policy.skip_probability(ALL_WRONG, 1, informative_before=True) == 0.0
 
 
 def test_metrics_count_this_batch_only():
