@@ -128,6 +128,10 @@ COVERED: dict[str, tuple[str, ...]] = {
     "--max-minutes 40": (
         "tests/test_vllm.py::test_the_pre_registered_protocol_scores_held_out_problems_through_each_units_engine",
     ),
+    ".venv-vllm/bin/python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct --phase rebuild --arms dapo "
+    "--rl-seed 100": (
+        "tests/test_real_model_paired.py::test_a_unit_is_rebuilt_from_its_recorded_settings_with_one_command",
+    ),
     # docs/development.md: the randomized multi-process test
     "python -m pytest tests/test_state_space.py": ("tests/test_state_space.py::test_fixed_draws_of_the_state_space",),
     "python -m pytest tests/test_state_space.py --run-slow -k random": (
