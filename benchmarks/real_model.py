@@ -1444,13 +1444,38 @@ def report_paired(args: argparse.Namespace) -> dict:
     return data
 
 
+# Command-line flags that take no value (`store_true`) among the recorded unit settings.
+_SWITCHES = ("vllm", "shared_order", "eval_at_start")
+
+
+def unit_command(settings: dict, *, model: str, arm: str, seed: int, cache_dir: str, results_dir: str) -> list[str]:
+    """The `--phase unit` arguments that run `arm` at `seed` with the recorded `settings` (the inverse of
+    [`unit_settings`]; the model folder is given, since the JSON names it only by its folder name)."""
+    argv = ["--model", model, "--phase", "unit", "--arms", arm, "--rl-seed", str(seed)]
+    argv += ["--cache-dir", cache_dir, "--results-dir", results_dir]
+    for key in UNIT_SETTINGS:
+        value = settings.get(key)
+        if key in ("code", "rl_seed") or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if key in _SWITCHES:
+            argv += [flag] if value else []
+        elif isinstance(value, list):
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
 def rebuild_unit(args: argparse.Namespace) -> int:
     """
     `--phase rebuild --arms ARM --rl-seed S`: run one recorded unit again from the settings recorded in the results
     JSON (into a scratch results folder) and compare its generated tokens, optimizer steps and per-problem held-out
-    outcomes with the recorded ones. Returns 0 when they all match. The unit's code commit is recorded: run from a
-    checkout of it (`git worktree add DIR COMMIT`) for an exact rebuild; another commit is named in a warning.
+    outcomes with the recorded ones. Returns 0 when they all match. When the unit ran from another commit than this
+    checkout's, the unit runs in a temporary git worktree of that commit (its code, its library), so the rebuild is
+    the recorded unit whatever has changed since; a unit recorded from uncommitted code is rebuilt here, with a warning.
     """
+    import subprocess
     import tempfile
 
     recorded = json.loads(units_path(args).read_text())
@@ -1461,21 +1486,42 @@ def rebuild_unit(args: argparse.Namespace) -> int:
     target = next((s for s in recorded["arms"].get(arm, {}).get("seeds", []) if s["seed"] == seed), None)
     if target is None:
         raise SystemExit(f"{units_path(args)} holds no unit {arm} seed {seed}.")
-    for key in UNIT_SETTINGS:
-        if key != "code" and key in settings:
-            setattr(args, key, settings[key])
-    here = code_version()
-    if settings.get("code") and here != settings["code"]:
-        logger.warning(
-            f"The unit ran from commit {settings['code']}, this checkout is {here}: for an exact rebuild run "
-            f"`git worktree add ../rebuild {settings['code'].removesuffix('+dirty')}` and this command there."
-        )
-    warm_dir, warmup = warm_up(args)
-    warmup["eval"] = None if args.eval_at_start else warmed_up_eval(args, warm_dir)
+    recorded_code, here = settings.get("code"), code_version()
+    root = Path(__file__).resolve().parents[1]
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
-        args.results_dir, args.code = scratch, settings.get("code")
-        started = time.perf_counter()
-        rebuilt = next(s for s in run_units(args, warm_dir, warmup)["arms"][arm]["seeds"] if s["seed"] == seed)
+        if recorded_code and not recorded_code.endswith("+dirty") and recorded_code != here:
+            tree = Path(scratch) / "tree"
+            subprocess.run(["git", "worktree", "add", "--detach", str(tree), recorded_code], cwd=root, check=True)
+            try:
+                argv = unit_command(
+                    settings,
+                    model=str(Path(args.model).resolve()),
+                    arm=arm,
+                    seed=seed,
+                    cache_dir=str(Path(args.cache_dir).resolve()),
+                    results_dir=scratch,
+                )
+                argv = ["--quick", *argv] if args.quick else argv
+                env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+                subprocess.run(
+                    [sys.executable, str(tree / "benchmarks" / "real_model.py"), *argv], env=env, check=True
+                )
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=False)
+            stem = "real_model_quick.json" if args.quick else "real_model.json"
+            rebuilt_data = json.loads((Path(scratch) / stem).read_text())
+        else:
+            if recorded_code and recorded_code != here:
+                logger.warning(f"The unit ran from uncommitted code ({recorded_code}); rebuilding with this checkout.")
+            for key in UNIT_SETTINGS:
+                if key != "code" and key in settings:
+                    setattr(args, key, settings[key])
+            warm_dir, warmup = warm_up(args)
+            warmup["eval"] = None if args.eval_at_start else warmed_up_eval(args, warm_dir)
+            args.results_dir, args.code = scratch, recorded_code
+            rebuilt_data = run_units(args, warm_dir, warmup)
+        rebuilt = next(s for s in rebuilt_data["arms"][arm]["seeds"] if s["seed"] == seed)
     checks = {
         "generated tokens": (target["generated_tokens"], rebuilt["generated_tokens"]),
         "optimizer steps": (target["optimizer_steps"], rebuilt["optimizer_steps"]),
@@ -1488,9 +1534,8 @@ def rebuild_unit(args: argparse.Namespace) -> int:
         same = same and differ == 0
     for name, (want, got) in checks.items():
         print(f"{name}: recorded {want}, rebuilt {got}")
-    print(
-        f"rebuilt {arm} seed {seed} in {(time.perf_counter() - started) / 60:.1f} min: {'identical' if same else 'DIFFERENT'}"
-    )
+    minutes = (time.perf_counter() - started) / 60
+    print(f"rebuilt {arm} seed {seed} in {minutes:.1f} min: {'identical' if same else 'DIFFERENT'}")
     return 0 if same else 1
 
 

@@ -136,6 +136,26 @@ def test_a_report_with_one_pair_has_no_primary_comparison():
     assert "primary" not in numbers and "Primary" not in text
 
 
+def test_the_rebuild_command_line_carries_every_recorded_setting(tmp_path):
+    spec = importlib.util.spec_from_file_location("real_model_benchmark", ROOT / "benchmarks" / "real_model.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["real_model_benchmark"] = bench
+    spec.loader.exec_module(bench)
+    argv = ["--model", str(tmp_path / "SmolLM2-135M-Instruct"), "--phase", "unit", "--vllm", "--shared-order"]
+    argv += ["--stop-rule", "nearest", "--eval-at-start", "--test-size", "1000", "--two-step", "0"]
+    argv += ["--warmup-two-step", "0.6", "--eval-fractions", "0.5", "1.0", "--budget-tokens", "12500", "--lr", "3e-5"]
+    argv += ["--max-rounds", "0", "--overlong-buffer-len", "0", "--rl-seed", "3", "--arms", "dapo"]
+    settings = bench.unit_settings(bench.parse_args(argv))
+    again = bench.unit_command(
+        settings, model=str(tmp_path / "SmolLM2-135M-Instruct"), arm="dapo", seed=3, cache_dir="c", results_dir="r"
+    )
+    rebuilt = bench.parse_args(again)
+    assert (rebuilt.arms, rebuilt.rl_seed, rebuilt.cache_dir, rebuilt.results_dir) == (["dapo"], 3, "c", "r")
+    assert {k: v for k, v in bench.unit_settings(rebuilt).items() if k != "code"} == {
+        k: v for k, v in settings.items() if k != "code"
+    }
+
+
 @pytest.mark.integration
 def test_a_unit_is_rebuilt_from_its_recorded_settings_with_one_command(tmp_path):
     script = ROOT / "benchmarks" / "real_model.py"
