@@ -77,6 +77,25 @@ def test_the_exploration_floor_keeps_completing_some_uniform_probes():
     assert 0.08 < share < 0.12
 
 
+def test_completions_are_priced_at_least_at_the_efficiency_floor():
+    """
+    In a run's first pass the measured rate is the lowest the run sees; priced at it, a uniform probe of a class
+    informative 1 time in 5 always looked worth its rest. With the floor it is completed only sometimes.
+    """
+    probe = probe_of([[1, 1]] * 2000)
+    shares = {}
+    for floor in (0.0, 0.5):
+        rule = ProbeRule(4, 2, seed=2, min_accept=0.0, min_efficiency=floor)
+        rule._efficiency[:] = (10.0, 100.0)  # pi = 0.1, as in a first pass of mostly easy and hard prompts
+        rule._counts[0, 0] = (20.0, 100.0)  # unseen prompts, all-correct probe: informative 1 time in 5
+        assert rule.threshold == pytest.approx(max(0.1, floor) * 2 / 4)
+        shares[floor] = rule.complete(list(range(2000)), probe).mean()
+    assert shares[0.0] == 1.0
+    assert shares[0.5] == pytest.approx(((20.5 / 101) / 0.25) ** 4, abs=0.03)  # (m / tau)^4, about 0.43
+    with pytest.raises(ValueError, match="min_efficiency"):
+        ProbeRule(4, 2, min_efficiency=1.5)
+
+
 def test_outcomes_are_remembered_and_the_state_resumes_exactly():
     rule = ProbeRule(4, 2, num_prompts=6, seed=3)
     probe = probe_of([[1, 1], [-1, -1], [1, -1]])

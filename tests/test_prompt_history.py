@@ -239,6 +239,21 @@ def test_each_class_is_skipped_by_its_own_measured_rate():
     assert policy.skip_probability(ALL_WRONG, 1, informative_before=True) == 0.0
 
 
+def test_a_never_informative_class_is_generated_once_in_a_hundred_draws_by_default():
+    """
+    The default exploration floor: skipping makes the stream pass faster, so each skipped prompt is reached more
+    often; at 1 - 0.95 the easy and hard prompts of the held-out task were each generated again 0.84 times in 5 passes.
+    """
+    policy = SkipPolicy(200, rule="streak", target=1.0)
+    policy.record(list(range(200)), groups(*[ALL_CORRECT] * 200), step=0)
+    for step in range(1, 20):
+        policy.record([(step * 10 + k) % 200 for k in range(10)], groups(*[ALL_CORRECT] * 10), step=step)
+    assert policy.class_rate(ALL_CORRECT, 1) < 0.05
+    assert policy.skip_probability(ALL_CORRECT, 1) == pytest.approx(0.99)
+    skipped = [policy.should_skip(i) for _ in range(1000) for i in range(10)]  # prompts 0-9: one all-correct group
+    assert 1 - np.mean(skipped) == pytest.approx(0.01, abs=0.004)
+
+
 def test_a_uniform_group_after_an_informative_one_is_its_own_class():
     """
     Mixed prompts (informative 2 times in 3) that come out all-wrong once are not easy or hard prompts: they keep being

@@ -150,10 +150,12 @@ class DAPOConfig(GRPOConfig):
             Informative rate of the generated groups that skipping steers towards, in `(0, 1]`: while the generated
             groups are less informative, skipping tightens (as far as the measured rates justify); above it, it
             relaxes. `1.0` always skips as far as the measured rates justify.
-        dynamic_sampling_skip_max_prob (`float`, *optional*, defaults to `0.95`):
+        dynamic_sampling_skip_max_prob (`float`, *optional*, defaults to `0.99`):
             Highest probability of skipping a prompt, in `[0, 1)`: a skipped prompt keeps at least
             `1 - dynamic_sampling_skip_max_prob` chance to be generated each time the stream reaches it, so prompts
-            that become learnable are found again. `0.0` never skips.
+            that become learnable are found again. `0.0` never skips. Skipping makes the stream pass faster, so a
+            skipped prompt is reached often: at 0.95, each easy or hard prompt of the simulation's held-out task was
+            generated again 0.84 times in 5 passes, at 0.99 0.40 times (docs/prompt_skipping.md).
         dynamic_sampling_probe (`int`, *optional*):
             Probe before completing a group: each round generates this many of a prompt's `num_generations`
             completions first, and the rest only for groups whose probe is mixed, or whose kind of prompt completes
@@ -244,7 +246,7 @@ class DAPOConfig(GRPOConfig):
     dynamic_sampling_skip_half_life: float = 100.0
     dynamic_sampling_skip_draws: int = 1
     dynamic_sampling_skip_target: float = 0.75
-    dynamic_sampling_skip_max_prob: float = 0.95
+    dynamic_sampling_skip_max_prob: float = 0.99
     dynamic_sampling_probe: int | None = None
 
     # Preemption and restarts

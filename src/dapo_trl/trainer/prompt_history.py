@@ -258,7 +258,7 @@ class SkipPolicy:
         target (`float`, *optional*, defaults to `0.75`):
             Informative rate of the generated groups that skipping steers towards, in `(0, 1]`: above it, skipping
             relaxes. `1` always skips as far as the measured rates justify.
-        max_skip (`float`, *optional*, defaults to `0.95`):
+        max_skip (`float`, *optional*, defaults to `0.99`):
             Highest skip probability, in `[0, 1)`; `0` never skips.
         streak_buckets (`int`, *optional*, defaults to `3`):
             Streak lengths `1 .. B - 1` get their own estimate, longer streaks share the last one.
@@ -298,7 +298,7 @@ class SkipPolicy:
         *,
         seed: int = 0,
         target: float = 0.75,
-        max_skip: float = 0.95,
+        max_skip: float = 0.99,
         streak_buckets: int = 3,
         decay: float = 0.9,
         gain: float = 0.5,
