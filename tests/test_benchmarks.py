@@ -340,3 +340,19 @@ def test_memory_quick_prints_the_side_by_side_table(capsys):
     assert refill["dapo"]["generated_rows"] > refill["rows"]  # one group in three informative: refill rounds
     # Loose (tiny model, one process): catches a gross regression in what dynamic sampling keeps alive.
     assert all(r["dapo"]["peak"] < memory.LIMIT_RATIO * r["grpo"]["peak"] for r in results)
+
+
+def test_skip_decomposition_books_every_generated_group_once():
+    """The parts of `skip_decomposition` add up to the groups generated per trained group, for the defaults (with a
+    probe, whose dropped groups count k / G) and for the oracle."""
+    sd = load_benchmark("skip_decomposition")
+    ds = load_benchmark("dynamic_sampling")
+    for variant in (ds.DEFAULT_SKIP_VARIANT, "adaptive+carry+oracle"):
+        result, ledger, p = sd.decompose(
+            ds.HELD_OUT, num_generations=4, seed=1, passes=2.0, variant=variant, num_prompts=1024
+        )
+        booked = result.trained + sum(ledger.cost[part] for part in sd.PARTS[1:])
+        assert booked == pytest.approx(result.gen_per_trained * result.trained, rel=1e-6)
+        assert result.floor_ratio == pytest.approx(result.gen_per_trained * p, rel=1e-6)
+        assert all(cost >= 0 for cost in ledger.cost.values())
+    assert ledger.dropped_cost == 0  # the oracle runs without a probe
