@@ -79,7 +79,7 @@ COVERED: dict[str, tuple[str, ...]] = {
         "tests/test_ablation.py::test_quick_run_writes_table_and_png",
         "tests/test_ablation.py::test_skipping_variant_is_full_dapo_with_prompt_skipping",
     ),
-    'python benchmarks/ablation.py --rl-train-size 200 --stem ablation_probe --variants "full DAPO (defaults)" '
+    'python benchmarks/ablation.py --rl-train-size 200 --stem ablation_skip_defaults --variants "full DAPO (defaults)" '
     '"full DAPO + prompt skipping"': (
         "tests/test_ablation.py::test_quick_run_writes_table_and_png",
         "tests/test_ablation.py::test_skipping_variant_is_full_dapo_with_prompt_skipping",
