@@ -178,12 +178,17 @@ def parse_mixture(specs: Sequence[str]) -> ds.Population:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--num-generations", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--passes", type=float, default=5.0)
-    parser.add_argument("--num-prompts", type=int, default=16384)
+    parser.add_argument("--num-generations", type=int, default=4, help="Group size G.")
+    parser.add_argument("--seed", type=int, default=1, help="Seed of the pass rates and of the run.")
+    parser.add_argument("--passes", type=float, default=5.0, help="Length of the run, in passes over the prompts.")
+    parser.add_argument("--num-prompts", type=int, default=16384, help="Prompts in the simulated dataset.")
     parser.add_argument("--mixture", nargs="+", default=None, help="weight,a,b per component (default: HELD_OUT)")
-    parser.add_argument("--variants", nargs="+", default=[ds.DEFAULT_SKIP_VARIANT, "adaptive+carry+oracle"])
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=[ds.DEFAULT_SKIP_VARIANT, "adaptive+carry+oracle"],
+        help="Skip variants to follow (names of dynamic_sampling.SKIP_VARIANTS).",
+    )
     parser.add_argument("--max-skip", type=float, default=None, help="SkipPolicy max_skip; default: its own.")
     parser.add_argument(
         "--probe-min-efficiency", type=float, default=None, help="ProbeRule min_efficiency; default: its own."
