@@ -407,8 +407,11 @@ class RunResult:
         return self.redrawn_informative / self.redrawn if self.redrawn else math.nan
 
 
-def sample_pass_rates(population: Population, *, num_prompts: int, seed: int) -> torch.Tensor:
-    """Pass rate of every simulated prompt at the start of training, `(num_prompts,)` float64."""
+def sample_population(population: Population, *, num_prompts: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    Pass rate of every simulated prompt at the start of training, `(num_prompts,)` float64, and the index of the
+    mixture component each was drawn from, `(num_prompts,)` int64 (all 0 for a population of one component).
+    """
     components = population.components or ((1.0, population.a, population.b),)
     # Beta's sampler draws through torch's global generator: fork it so the population only depends on `seed`.
     with torch.random.fork_rng(devices=[]):
@@ -420,10 +423,15 @@ def sample_pass_rates(population: Population, *, num_prompts: int, seed: int) ->
             for _, a, b in components
         ]
         if len(draws) == 1:
-            return draws[0]
+            return draws[0], torch.zeros(num_prompts, dtype=torch.int64)
         weights = torch.tensor([w for w, _, _ in components], dtype=torch.float64)
         kind = torch.multinomial(weights, num_prompts, replacement=True)
-        return torch.stack(draws, dim=1).gather(1, kind[:, None]).squeeze(1)
+        return torch.stack(draws, dim=1).gather(1, kind[:, None]).squeeze(1), kind
+
+
+def sample_pass_rates(population: Population, *, num_prompts: int, seed: int) -> torch.Tensor:
+    """Pass rate of every simulated prompt at the start of training, `(num_prompts,)` float64."""
+    return sample_population(population, num_prompts=num_prompts, seed=seed)[0]
 
 
 def sample_learnability(num_prompts: int, *, seed: int) -> torch.Tensor:

@@ -85,20 +85,6 @@ def tracing(base: type, ledger_of: dict) -> type:
     return Tracing
 
 
-def component(population: ds.Population, *, num_prompts: int, seed: int) -> np.ndarray:
-    """Which component of the mixture each prompt of `ds.sample_pass_rates` was drawn from (its draws, replayed)."""
-    if not population.components:
-        return np.full(num_prompts, 2)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for _, a, b in population.components:
-            torch.distributions.Beta(
-                torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
-            ).sample((num_prompts,))
-        weights = torch.tensor([w for w, _, _ in population.components], dtype=torch.float64)
-        return torch.multinomial(weights, num_prompts, replacement=True).numpy()
-
-
 def decompose(
     population: ds.Population,
     *,
@@ -119,10 +105,11 @@ def decompose(
         epochs=passes, num_prompts=num_prompts, seed=seed, skip_drift=0.0, num_generations=G, target=target
     )
     steps = ds.skip_run_steps(population, args)
-    rates = ds.sample_pass_rates(population, num_prompts=num_prompts, seed=seed)
+    rates, kind = ds.sample_population(population, num_prompts=num_prompts, seed=seed)
     chance = ds.informative_prob(rates, G)
     k = (default_probe(G) if probe is None else probe) if spec.probe else 0
-    uniform = component(population, num_prompts=num_prompts, seed=seed) < 2
+    # the easy and hard components of a mixture (its first two); a population of one component has neither
+    uniform = (kind < 2).numpy() if population.components else np.zeros(num_prompts, dtype=bool)
     ledger = Ledger(chance=chance, uniform=uniform, probe=k, num_generations=G)
     holder = {"ledger": ledger}
     saved = ds.MeasuredSkipPolicy, ds.OracleSkipPolicy, ds.ProbeRule
