@@ -368,16 +368,19 @@ class SkipPolicy:
         Measured informative rate `m(c, z, h)` of eligible prompts with this history (posterior mean): last outcome
         `c`, streak `z`, and `h` whether the prompt ever gave an informative group before.
         """
-        bucket = min(streak, self.streak_buckets) - 1
-        informative, generated = self._counts[outcome - ALL_CORRECT, bucket, int(informative_before)]
+        informative, generated = self._counts[(*self._cell(outcome, streak), int(informative_before))]
         return (self.prior_rate * self.prior_strength + informative) / (self.prior_strength + generated)
 
     def skip_probability(self, outcome: int, streak: int, informative_before: bool = False) -> float:
         """Probability of skipping a prompt whose last `streak` groups all had `outcome` (0 unless zero-variance)."""
         if outcome not in ZERO_VARIANCE or streak < 1:
             return 0.0
-        bucket = min(streak, self.streak_buckets) - 1
-        return float(self._skip_table[outcome - ALL_CORRECT, bucket, int(informative_before)])
+        return float(self._skip_table[(*self._cell(outcome, streak), int(informative_before))])
+
+    def _cell(self, outcome: int | np.ndarray, streak: int | np.ndarray) -> tuple:
+        """Class index `(c, z)` of a zero-variance `outcome` and its `streak` (the last bucket takes every longer
+        streak) in the rate counts and the skip table; elementwise on arrays."""
+        return outcome - ALL_CORRECT, np.minimum(streak, self.streak_buckets) - 1
 
     def _table(self) -> np.ndarray:
         table = np.zeros((len(ZERO_VARIANCE), self.streak_buckets, 2))
@@ -401,7 +404,7 @@ class SkipPolicy:
             return self._posterior_skip(index, outcome)
         if outcome not in ZERO_VARIANCE:
             return False
-        c, b = outcome - ALL_CORRECT, min(int(self.history.streak[index]), self.streak_buckets) - 1
+        c, b = self._cell(outcome, int(self.history.streak[index]))
         count = int(self.looks[index])
         self.looks[index] = count + 1
         skip = hashed_uniform(self.seed, index, count) < self._skip_table[c, b, int(self.informative_seen[index])]
@@ -478,8 +481,7 @@ class SkipPolicy:
 
         self._counts *= self.decay
         eligible = np.isin(previous_outcome, ZERO_VARIANCE)
-        cls = previous_outcome[eligible].astype(np.int64) - ALL_CORRECT
-        bucket = np.minimum(previous_streak[eligible], self.streak_buckets) - 1
+        cls, bucket = self._cell(previous_outcome[eligible].astype(np.int64), previous_streak[eligible])
         before = seen_before[eligible].astype(np.int64)
         np.add.at(self._counts[..., 0], (cls, bucket, before), is_informative[eligible])
         np.add.at(self._counts[..., 1], (cls, bucket, before), 1.0)
