@@ -236,6 +236,7 @@ def sample_generation_batch(
     probe: ProbeRule | None = None,
     sample: Callable[[list[int], int], torch.Tensor] | None = None,
     processes: int = 1,
+    observe: Callable[[SkipPolicy, list[int], GroupClassification], None] | None = None,
 ) -> BatchOutcome:
     """
     One generation batch, decided exactly as `DAPOTrainer._dynamic_sampling_batch` decides it.
@@ -251,7 +252,8 @@ def sample_generation_batch(
     the policy says so, the user's rule first, and the policy learns from every scored round at training step `step`.
     With a `probe` ([`ProbeRule`]) each round generates `k` completions per prompt with `sample(indices, k)` (values
     `(n, k)`, +1 correct, -1 wrong), completes the groups the rule picks with `sample(completed, G - k)`, and scores the
-    groups as generated (the rest of a dropped group unscored).
+    groups as generated (the rest of a dropped group unscored). `observe(policy, indices, classification)` sees every
+    scored round just before the policy learns from it (instrumentation: `skip_decomposition.py`).
     """
     if policy is not None:
         user_skip = skip
@@ -286,6 +288,8 @@ def sample_generation_batch(
         if policy is not None:
             if not isinstance(scored, GroupClassification):
                 raise TypeError("With a skip policy, score must return the round's GroupClassification.")
+            if observe is not None:
+                observe(policy, indices, scored)
             policy.record(indices, scored, step=step)
         if probe is not None:
             probe.record(indices, probed, completed, informative, scored)
@@ -499,6 +503,8 @@ def simulate(
     oracle_threshold: float | None = None,
     probe: int = 0,
     carry: Carry = ONE_BATCH,
+    rule_kwargs: dict | None = None,
+    observe: Callable[[SkipPolicy, list[int], GroupClassification], None] | None = None,
 ) -> RunResult:
     """
     Run `steps` generation batches of one strategy on one population.
@@ -507,8 +513,9 @@ def simulate(
     (1 for every prompt, or `Exponential(1)` per prompt with `learnability=True`). `skip_kwargs` (a dict, possibly
     empty) turns on pre-rollout skipping with a [`SkipPolicy`] built from it, or with `oracle_threshold` an
     [`OracleSkipPolicy`] (the same keywords, its own decisions). `probe = k > 0` probes `k` completions of each prompt
-    before completing its group ([`ProbeRule`]). `carry` bounds how long carried groups wait (one policy update per
-    step). Every run also has the trainer's [`NoInformativeWatch`] (it never acts on these populations).
+    before completing its group ([`ProbeRule`], built with `rule_kwargs`). `carry` bounds how long carried groups wait (one policy update per
+    step). Every run also has the trainer's [`NoInformativeWatch`] (it never acts on these populations). `observe` is
+    handed to [`sample_generation_batch`].
     """
     G = num_generations
     population_gen = torch.Generator().manual_seed(seed)
@@ -517,7 +524,7 @@ def simulate(
     speed = sample_learnability(num_prompts, seed=seed) if learnability else None
     granularity = probe_granularity(processes, G, probe)  # as DAPOTrainer sizes rounds for multi-process runs
     planner = RoundPlanner(target, strategy=strategy.round_sizing, granularity=granularity, **(planner_kwargs or {}))
-    rule = ProbeRule(G, probe, num_prompts=num_prompts, seed=seed) if probe else None
+    rule = ProbeRule(G, probe, num_prompts=num_prompts, seed=seed, **(rule_kwargs or {})) if probe else None
     watch = NoInformativeWatch()
     stream = PromptStream(num_prompts, seed=seed)
     policy = None
@@ -565,6 +572,7 @@ def simulate(
             probe=rule,
             sample=sample,
             processes=processes,
+            observe=observe,
         )
         carried, carried_at = out.carried_out, out.carried_at
         discarded += out.discarded

@@ -41,14 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dynamic_sampling as ds  # noqa: E402
 
 from dapo_trl.trainer.probing import default_probe  # noqa: E402
-from dapo_trl.trainer.prompt_history import UNSEEN  # noqa: E402
+from dapo_trl.trainer.prompt_history import UNSEEN, SkipPolicy  # noqa: E402
+from dapo_trl.trainer.sampling import GroupClassification  # noqa: E402
 
 PARTS = ("trained", "surplus", "first pass", "re-tests, uniform", "re-tests, mixed")
 
 
 @dataclass
 class Ledger:
-    """Costs in groups, by part; filled by [`TracingPolicy.record`]."""
+    """Costs in groups, by part; filled by [`book`]."""
 
     chance: torch.Tensor  # (num_prompts,) true chance of an informative group
     uniform: np.ndarray  # (num_prompts,) bool: drawn from the easy or the hard component
@@ -60,29 +61,22 @@ class Ledger:
     regenerated_uniform: int = 0
 
 
-def tracing(base: type, ledger_of: dict) -> type:
-    """A subclass of a skip policy of `dynamic_sampling.py` that books every recorded round in its ledger."""
-
-    class Tracing(base):
-        def record(self, indices, classification, *, step, informative=None) -> None:
-            ledger: Ledger = ledger_of["ledger"]
-            idx = np.asarray(indices, dtype=np.int64)
-            first = self.history.last_outcome[idx] == UNSEEN
-            verdict = (classification.informative if informative is None else informative).numpy().astype(bool)
-            scored = classification.scored.numpy()
-            G, k = ledger.num_generations, ledger.probe
-            cost = np.where(scored >= G, 1.0, k / G) if k else np.ones(idx.size)
-            extreme = ledger.uniform[idx]
-            ledger.informative += cost[verdict].sum()
-            waste = ~verdict
-            ledger.cost["first pass"] += cost[waste & first].sum()
-            ledger.cost["re-tests, uniform"] += cost[waste & ~first & extreme].sum()
-            ledger.cost["re-tests, mixed"] += cost[waste & ~first & ~extreme].sum()
-            ledger.dropped_cost += cost[scored < G].sum()
-            ledger.regenerated_uniform += int((~first & extreme).sum())
-            super().record(indices, classification, step=step, informative=informative)
-
-    return Tracing
+def book(ledger: Ledger, policy: SkipPolicy, indices: list[int], classification: GroupClassification) -> None:
+    """Books one scored round in `ledger`, before `policy` learns from it (the `observe` of `ds.simulate`)."""
+    idx = np.asarray(indices, dtype=np.int64)
+    first = policy.history.last_outcome[idx] == UNSEEN
+    verdict = classification.informative.numpy().astype(bool)
+    scored = classification.scored.numpy()
+    G, k = ledger.num_generations, ledger.probe
+    cost = np.where(scored >= G, 1.0, k / G) if k else np.ones(idx.size)
+    extreme = ledger.uniform[idx]
+    ledger.informative += cost[verdict].sum()
+    waste = ~verdict
+    ledger.cost["first pass"] += cost[waste & first].sum()
+    ledger.cost["re-tests, uniform"] += cost[waste & ~first & extreme].sum()
+    ledger.cost["re-tests, mixed"] += cost[waste & ~first & ~extreme].sum()
+    ledger.dropped_cost += cost[scored < G].sum()
+    ledger.regenerated_uniform += int((~first & extreme).sum())
 
 
 def decompose(
@@ -111,29 +105,23 @@ def decompose(
     # the easy and hard components of a mixture (its first two); a population of one component has neither
     uniform = (kind < 2).numpy() if population.components else np.zeros(num_prompts, dtype=bool)
     ledger = Ledger(chance=chance, uniform=uniform, probe=k, num_generations=G)
-    holder = {"ledger": ledger}
-    saved = ds.MeasuredSkipPolicy, ds.OracleSkipPolicy, ds.ProbeRule
-    ds.MeasuredSkipPolicy = tracing(saved[0], holder)
-    ds.OracleSkipPolicy = tracing(saved[1], holder)
-    ds.ProbeRule = functools.partial(saved[2], **(rule_kwargs or {}))
-    try:
-        oracle = spec.rule == "oracle"
-        result = ds.simulate(
-            population,
-            ds.Strategy(spec.name, "adaptive", spec.carry_over),
-            target=target,
-            steps=steps,
-            num_generations=G,
-            max_rounds=10,
-            num_prompts=num_prompts,
-            seed=seed,
-            skip_kwargs={**(skip_kwargs or {}), "rule": "posterior" if oracle else spec.rule, "num_generations": G},
-            oracle_threshold=ds.oracle_threshold(G) if oracle else None,
-            probe=k,
-            carry=ds.Carry(max_staleness=2.0),
-        )
-    finally:
-        ds.MeasuredSkipPolicy, ds.OracleSkipPolicy, ds.ProbeRule = saved
+    oracle = spec.rule == "oracle"
+    result = ds.simulate(
+        population,
+        ds.Strategy(spec.name, "adaptive", spec.carry_over),
+        target=target,
+        steps=steps,
+        num_generations=G,
+        max_rounds=10,
+        num_prompts=num_prompts,
+        seed=seed,
+        skip_kwargs={**(skip_kwargs or {}), "rule": "posterior" if oracle else spec.rule, "num_generations": G},
+        oracle_threshold=ds.oracle_threshold(G) if oracle else None,
+        probe=k,
+        carry=ds.Carry(max_staleness=2.0),
+        rule_kwargs=rule_kwargs,
+        observe=functools.partial(book, ledger),
+    )
     ledger.cost["surplus"] = ledger.informative - result.trained
     return result, ledger, chance.mean().item()
 
