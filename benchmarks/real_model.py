@@ -400,31 +400,16 @@ def build_tiny(folder: Path) -> str:
 
 def load(folder: str, *, train_layers: int | None = None) -> tuple[Any, Any]:
     """Model and tokenizer of `folder`; with `train_layers`, only the top `train_layers` decoder layers and the final
-    norm stay trainable (see [`freeze_below`])."""
+    norm stay trainable (`dapo_trl.run.warmup.freeze_below`, as the CPU recipe trains)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dapo_trl.run.warmup import freeze_below
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     if train_layers is not None:
         freeze_below(model, train_layers)
     return model, tokenizer
-
-
-def freeze_below(model: Any, train_layers: int) -> int:
-    """
-    Freeze the embeddings (tied to the output head) and every decoder layer but the top `train_layers`; return the
-    number of trainable parameters. Backward then stops at the lowest trainable layer, which roughly halves a step on
-    CPU; both arms and the warm-up train the same parameters.
-    """
-    layers = model.model.layers
-    if not 0 < train_layers <= len(layers):
-        raise ValueError(f"train_layers must be in 1..{len(layers)}, got {train_layers}.")
-    for param in model.parameters():
-        param.requires_grad_(False)
-    for layer in layers[len(layers) - train_layers :]:
-        layer.requires_grad_(True)
-    model.model.norm.requires_grad_(True)
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def warmup_two_step(args: argparse.Namespace) -> float:
