@@ -287,8 +287,13 @@ def choice_accuracy(model, tokenizer, dataset, script_args, training_args: DAPOC
 
 
 def finish(trainer: DAPOTrainer, summary: dict) -> None:
-    """Save the model, the metrics log, the curves and the summary; print the summary on one screen."""
-    if not save_run_outputs(trainer, summary):
+    """Save the model, the metrics log, the curves and the summary; print the summary on one screen; release the
+    process group (every process has saved: nothing collective follows)."""
+    is_main = save_run_outputs(trainer, summary)
+    # Left to interpreter exit, a live gloo process group sometimes aborts a finished run (SIGABRT, "terminate called
+    # without an active exception"), which a launcher reports as a failure.
+    trainer.accelerator.end_training()
+    if not is_main:
         return
     print(format_summary(trainer, summary))
     print(training_signal(trainer.state.log_history))  # the last line: did the policy move at all?

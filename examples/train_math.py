@@ -728,8 +728,13 @@ def use_console(trainer: DAPOTrainer, script_args: MathScriptArguments, *, demo:
 
 
 def finish(trainer: DAPOTrainer, summary: dict) -> None:
-    """Save the model, the metrics log, the curves and the summary; print the summary on one screen."""
-    if not save_run_outputs(trainer, summary):
+    """Save the model, the metrics log, the curves and the summary; print the summary on one screen; release the
+    process group (every process has saved: nothing collective follows)."""
+    is_main = save_run_outputs(trainer, summary)
+    # Left to interpreter exit, a live gloo process group sometimes aborts a finished run (SIGABRT, "terminate called
+    # without an active exception"), which a launcher reports as a failure.
+    trainer.accelerator.end_training()
+    if not is_main:
         return
     rows = summary_rows(summary, trainer.args.output_dir)
     print(format_summary(f"dapo-trl: {summary['task']}", rows, trainer.state.log_history))

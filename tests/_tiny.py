@@ -16,6 +16,16 @@ from dapo_trl.trainer.loss import dapo_loss
 KINDS = ("easy", "hard", "mixed")
 
 
+def release_process_group() -> None:
+    """
+    End of a runner launched with `accelerate launch`: destroy the process group. Left to interpreter exit, gloo's
+    threads sometimes abort a process that has finished and saved ("terminate called without an active exception",
+    SIGABRT), which fails the launch.
+    """
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def tiny_model_and_tokenizer(seed: int = 0):
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden_size=32, num_heads=2, seed=seed)

@@ -63,6 +63,7 @@ def dump() -> None:
             global_step=trainer.state.global_step,
             stopped_at_step=callback.stopped_at_step if callback else None,
             history=trainer.state.log_history,
+            process_group_live=torch.distributed.is_initialized(),  # at exit: the main job should have released it
         )
     (RECORD_DIR / f"rank{RANK}.json").write_text(json.dumps(record))
 

@@ -18,7 +18,15 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from _tiny import GradientCapture, Recorder, ScriptedReward, StateCapture, config, tiny_model_and_tokenizer  # noqa: E402
+from _tiny import (  # noqa: E402
+    GradientCapture,
+    Recorder,
+    ScriptedReward,
+    StateCapture,
+    config,
+    release_process_group,
+    tiny_model_and_tokenizer,
+)
 from datasets import Dataset  # noqa: E402
 
 from dapo_trl.trainer.sampling import RoundPlanner  # noqa: E402
@@ -151,3 +159,4 @@ def resume_run(out_dir: str) -> None:
 
 if __name__ == "__main__":
     (resume_run(sys.argv[1]) if sys.argv[2] == "resume" else main(sys.argv[1], sys.argv[2]))
+    release_process_group()
