@@ -252,8 +252,8 @@ def sample_generation_batch(
     the policy says so, the user's rule first, and the policy learns from every scored round at training step `step`.
     With a `probe` ([`ProbeRule`]) each round generates `k` completions per prompt with `sample(indices, k)` (values
     `(n, k)`, +1 correct, -1 wrong), completes the groups the rule picks with `sample(completed, G - k)`, and scores the
-    groups as generated (the rest of a dropped group unscored). `observe(policy, indices, classification)` sees every
-    scored round just before the policy learns from it (instrumentation: `skip_decomposition.py`).
+    groups as generated (the rest of a dropped group unscored). `observe(policy, indices, classification)` sees
+    every scored round just before the policy learns from it (instrumentation: `skip_decomposition.py`).
     """
     if policy is not None:
         user_skip = skip
@@ -513,9 +513,9 @@ def simulate(
     (1 for every prompt, or `Exponential(1)` per prompt with `learnability=True`). `skip_kwargs` (a dict, possibly
     empty) turns on pre-rollout skipping with a [`SkipPolicy`] built from it, or with `oracle_threshold` an
     [`OracleSkipPolicy`] (the same keywords, its own decisions). `probe = k > 0` probes `k` completions of each prompt
-    before completing its group ([`ProbeRule`], built with `rule_kwargs`). `carry` bounds how long carried groups wait (one policy update per
-    step). Every run also has the trainer's [`NoInformativeWatch`] (it never acts on these populations). `observe` is
-    handed to [`sample_generation_batch`].
+    before completing its group ([`ProbeRule`], built with `rule_kwargs`). `carry` bounds how long carried groups wait
+    (one policy update per step). Every run also has the trainer's [`NoInformativeWatch`] (it never acts on these
+    populations). `observe` is handed to [`sample_generation_batch`].
     """
     G = num_generations
     population_gen = torch.Generator().manual_seed(seed)
