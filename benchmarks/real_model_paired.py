@@ -330,6 +330,23 @@ def format_report(data: dict) -> tuple[str, dict]:
         if abs(unit["generated_tokens"] - budget) > 0.05 * budget
     ]
     numbers["off_budget"] = off_budget
+    numbers["cost"] = {
+        arm: {
+            key: mean_se([units[s][key] / (60 if key == "seconds" else 1) for s in common])
+            for key in ("generated_tokens", "optimizer_steps", "seconds")
+        }
+        for arm, units in ((PRIMARY[1], control), (PRIMARY[0], treatment))
+    }
+    cost = numbers["cost"]
+    lines.append(
+        "| mean (SE) | "
+        + " | ".join(_pm(mean_se([units[s]["heldout_accuracy"] for s in common])) for units in (control, treatment))
+        + " | | "
+        + " | ".join(_pm(cost[arm]["generated_tokens"], ",.0f") for arm in PRIMARY[::-1])
+        + " | "
+        + " | ".join(_pm(cost[arm]["optimizer_steps"], ".1f") for arm in PRIMARY[::-1])
+        + f" | {_pm(cost[PRIMARY[1]]['seconds'], '.1f')} / {_pm(cost[PRIMARY[0]]['seconds'], '.1f')} |"
+    )
     lines += ["", f"Units more than 5% from the budget: {off_budget or 'none'}.", ""]
     if len(common) >= 2:
         primary = paired_summary(
@@ -362,6 +379,19 @@ def format_report(data: dict) -> tuple[str, dict]:
                 f"[{half['ci95'][0]:+.4f}, {half['ci95'][1]:+.4f}] (tokens: GRPO "
                 f"{sum(b['tokens'] for _, b in halves) / len(halves):,.0f}, DAPO "
                 f"{sum(a['tokens'] for a, _ in halves) / len(halves):,.0f} on average).",
+                "",
+            ]
+        flagged = {seed for _, seed, _ in off_budget}
+        within = [s for s in common if s not in flagged]
+        if flagged and len(within) >= 2:
+            near = paired_summary(
+                [treatment[s]["heldout_accuracy"] for s in within], [control[s]["heldout_accuracy"] for s in within]
+            )
+            numbers["within_budget"] = near
+            lines += [
+                f"Sensitivity (not pre-registered; describes only): over the {near['n']} pairs with both units within "
+                f"5% of the budget, DAPO - GRPO = {near['mean']:+.4f}, SE {near['se']:.4f}, 95% CI "
+                f"[{near['ci95'][0]:+.4f}, {near['ci95'][1]:+.4f}].",
                 "",
             ]
         per_problem = _by_problem(treatment, control, common)

@@ -130,6 +130,26 @@ def test_the_report_states_the_primary_comparison_with_its_interval():
     assert numbers["mechanisms"]["dapo"]["entropy"][0] == pytest.approx((0.2, 0.0))
 
 
+def test_the_report_summarises_cost_and_sets_off_budget_pairs_aside_only_in_a_labelled_sensitivity():
+    paired = load()
+    data = synthetic(seeds=6, effect=0.0, noise=0.01)
+    far = data["arms"]["dapo"]["seeds"][2]
+    far["generated_tokens"] = 10_800  # 8% over the 10,000-token budget
+    far["heldout_accuracy"] += 0.3  # an outlier the sensitivity leaves out
+    text, numbers = paired.format_report(data)
+    assert numbers["off_budget"] == [("dapo", far["seed"], 10_800)]
+    assert numbers["primary"]["n"] == 6 and numbers["within_budget"]["n"] == 5
+    assert numbers["within_budget"]["mean"] == pytest.approx(
+        (sum(numbers["primary"]["diffs"]) - numbers["primary"]["diffs"][2]) / 5
+    )
+    assert "not pre-registered" in text
+    grpo_tokens = [s["generated_tokens"] for s in data["arms"]["grpo"]["seeds"]]
+    assert numbers["cost"]["grpo"]["generated_tokens"][0] == pytest.approx(sum(grpo_tokens) / 6)
+    assert numbers["cost"]["dapo"]["optimizer_steps"] == (10, 0.0)
+    assert numbers["cost"]["grpo"]["seconds"][0] == pytest.approx(10.0)  # minutes
+    assert "within_budget" not in paired.format_report(synthetic(seeds=6, effect=0.0, noise=0.01))[1]
+
+
 def test_a_report_with_one_pair_has_no_primary_comparison():
     paired = load()
     text, numbers = paired.format_report(synthetic(seeds=1, effect=0.0, noise=0.0))
