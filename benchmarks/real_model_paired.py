@@ -477,7 +477,8 @@ def pilot_report(data: dict) -> tuple[str, dict]:
 
 
 def plot_pairs(data: dict, path) -> bool:
-    """Each seed's accuracy in both arms (lines join a pair) and the paired differences with their 95% CI."""
+    """Each seed's accuracy in both arms (lines join a pair) and the paired differences with their 95% CI (open
+    markers: pairs holding a unit more than 5% from the budget)."""
     try:
         import matplotlib
 
@@ -498,14 +499,24 @@ def plot_pairs(data: dict, path) -> bool:
     left.set_xticks([0, 1], ["GRPO (GRPOConfig)", "DAPO (DAPOConfig)"])
     left.set_ylabel("held-out accuracy (greedy, n = 1,000)")
     left.set_title("each seed pair")
-    right.scatter(range(len(common)), summary["diffs"], color="C0")
+    budget = data["settings"]["budget_tokens"]
+    far = [
+        any(abs(units[s]["generated_tokens"] - budget) > 0.05 * budget for units in (treatment, control))
+        for s in common
+    ]
+    for flagged, label in ((False, "units within 5% of B"), (True, "a unit more than 5% from B")):
+        xs = [i for i, f in enumerate(far) if f == flagged]
+        if xs:
+            face = "none" if flagged else "C0"
+            diffs = [summary["diffs"][i] for i in xs]
+            right.scatter(xs, diffs, facecolors=face, edgecolors="C0", label=label)
     right.axhline(0, color="0.3", linewidth=0.8)
     right.axhline(summary["mean"], color="C1", label=f"mean {summary['mean']:+.3f}")
     right.axhspan(*summary["ci95"], color="C1", alpha=0.2, label="95% CI")
-    right.set_xticks(range(len(common)), [str(s) for s in common])
+    right.set_xticks(range(len(common)), [str(s) for s in common], rotation=90 if len(common) > 8 else 0)
     right.set_xlabel("seed")
     right.set_ylabel("DAPO - GRPO")
-    right.set_title("paired differences")
+    right.set_title(f"paired differences, {len(common)} pairs")
     right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
