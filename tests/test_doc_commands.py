@@ -128,6 +128,9 @@ COVERED: dict[str, tuple[str, ...]] = {
     "--max-minutes 40": (
         "tests/test_vllm.py::test_the_pre_registered_protocol_scores_held_out_problems_through_each_units_engine",
     ),
+    "python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct --phase report --shared-order": (
+        "tests/test_real_model_paired.py::test_the_committed_report_and_the_readme_follow_from_the_committed_units",
+    ),
     ".venv-vllm/bin/python benchmarks/real_model.py --model models/SmolLM2-135M-Instruct --phase rebuild --arms dapo "
     "--rl-seed 100": (
         "tests/test_real_model_paired.py::test_a_unit_is_rebuilt_from_its_recorded_settings_with_one_command",

@@ -198,3 +198,24 @@ def test_a_unit_is_rebuilt_from_its_recorded_settings_with_one_command(tmp_path)
     (tmp_path / "results" / "real_model_quick.json").write_text(json.dumps(recorded))
     changed = subprocess.run([sys.executable, str(script), *rebuild], capture_output=True, text=True)
     assert changed.returncode == 1 and "DIFFERENT" in changed.stdout
+
+
+def test_the_committed_report_and_the_readme_follow_from_the_committed_units(tmp_path):
+    """docs/dapo_vs_grpo.md's report command, run on a copy of the committed results JSON, writes the committed
+    report again, and the README's one-line result states its primary comparison."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "real_model.json").write_text((ROOT / "benchmarks" / "results" / "real_model.json").read_text())
+    command = [sys.executable, str(ROOT / "benchmarks" / "real_model.py"), "--model", "models/SmolLM2-135M-Instruct"]
+    command += ["--phase", "report", "--shared-order", "--results-dir", str(results), "--cache-dir", str(tmp_path)]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = (results / "real_model.md").read_text()
+    assert report == (ROOT / "benchmarks" / "results" / "real_model.md").read_text()
+    primary = json.loads((results / "real_model.json").read_text())["analysis"]["primary"]
+    assert primary["n"] >= 8
+    low, high = primary["ci95"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"DAPO - GRPO = {primary['mean']:+.3f}, SE {primary['se']:.4f}, 95% CI [{low:+.3f}, {high:+.3f}]" in readme
+    verdict = "no difference detected" if low <= 0 <= high else "DAPO above GRPO" if low > 0 else "GRPO above DAPO"
+    assert f"**DAPO against TRL's GRPO:** {verdict}" in readme
