@@ -294,7 +294,7 @@ def rl_config(args: argparse.Namespace, variant: Variant, seed: int, output_dir:
         "output_dir": output_dir,
         "use_cpu": True,
         "bf16": False,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,
         "report_to": "none",
         "save_strategy": "no",
         "disable_tqdm": True,
