@@ -23,6 +23,7 @@ FIRST_SD, FIRST_HELDOUT = 0.036, 150  # the first comparison's SD of paired diff
 PLATEAU = 0.015  # an arm has plateaued by t when it gains less than this from t to the pilot's end
 B_MAX = 16_000
 PILOT_ROLLOUTS = 5  # B_min: the DAPO pilot unit's tokens after this many rollouts
+BUDGET_TOLERANCE = 0.05  # a unit further than this share from B is reported as off the budget (and kept)
 
 
 def _beta_continued_fraction(a: float, b: float, x: float) -> float:
@@ -250,6 +251,11 @@ def informative(entry: dict) -> float | None:
     return None if zero is None else 1.0 - zero
 
 
+def is_off_budget(unit: dict, budget: float) -> bool:
+    """Whether a unit ended more than `BUDGET_TOLERANCE` of the budget away from it."""
+    return abs(unit["generated_tokens"] - budget) > BUDGET_TOLERANCE * budget
+
+
 def seeds_of(data: dict, arm: str) -> dict[int, dict]:
     return {s["seed"]: s for s in data.get("arms", {}).get(arm, {}).get("seeds", [])}
 
@@ -327,25 +333,23 @@ def format_report(data: dict) -> tuple[str, dict]:
         (arm, seed, unit["generated_tokens"])
         for arm, units in ((PRIMARY[0], treatment), (PRIMARY[1], control))
         for seed, unit in units.items()
-        if abs(unit["generated_tokens"] - budget) > 0.05 * budget
+        if is_off_budget(unit, budget)
     ]
     numbers["off_budget"] = off_budget
-    numbers["cost"] = {
-        arm: {
-            key: mean_se([units[s][key] / (60 if key == "seconds" else 1) for s in common])
-            for key in ("generated_tokens", "optimizer_steps", "seconds")
-        }
+    per_unit = {  # secondary 4 and the arms' accuracies: name -> (value of a unit, format)
+        "heldout_accuracy": (lambda unit: unit["heldout_accuracy"], ".3f"),
+        "generated_tokens": (lambda unit: unit["generated_tokens"], ",.0f"),
+        "optimizer_steps": (lambda unit: unit["optimizer_steps"], ".1f"),
+        "minutes": (lambda unit: unit["seconds"] / 60, ".1f"),
+    }
+    means = numbers["means"] = {
+        arm: {name: mean_se([value(units[s]) for s in common]) for name, (value, _) in per_unit.items()}
         for arm, units in ((PRIMARY[1], control), (PRIMARY[0], treatment))
     }
-    cost = numbers["cost"]
+    cells = {name: [_pm(means[arm][name], spec) for arm in PRIMARY[::-1]] for name, (_, spec) in per_unit.items()}
     lines.append(
-        "| mean (SE) | "
-        + " | ".join(_pm(mean_se([units[s]["heldout_accuracy"] for s in common])) for units in (control, treatment))
-        + " | | "
-        + " | ".join(_pm(cost[arm]["generated_tokens"], ",.0f") for arm in PRIMARY[::-1])
-        + " | "
-        + " | ".join(_pm(cost[arm]["optimizer_steps"], ".1f") for arm in PRIMARY[::-1])
-        + f" | {_pm(cost[PRIMARY[1]]['seconds'], '.1f')} / {_pm(cost[PRIMARY[0]]['seconds'], '.1f')} |"
+        f"| mean (SE) | {' | '.join(cells['heldout_accuracy'])} | | {' | '.join(cells['generated_tokens'])} | "
+        f"{' | '.join(cells['optimizer_steps'])} | {' / '.join(cells['minutes'])} |"
     )
     lines += ["", f"Units more than 5% from the budget: {off_budget or 'none'}.", ""]
     if len(common) >= 2:
@@ -500,10 +504,7 @@ def plot_pairs(data: dict, path) -> bool:
     left.set_ylabel("held-out accuracy (greedy, n = 1,000)")
     left.set_title("each seed pair")
     budget = data["settings"]["budget_tokens"]
-    far = [
-        any(abs(units[s]["generated_tokens"] - budget) > 0.05 * budget for units in (treatment, control))
-        for s in common
-    ]
+    far = [is_off_budget(treatment[s], budget) or is_off_budget(control[s], budget) for s in common]
     for flagged, label in ((False, "units within 5% of B"), (True, "a unit more than 5% from B")):
         xs = [i for i, f in enumerate(far) if f == flagged]
         if xs:

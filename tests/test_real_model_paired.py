@@ -144,9 +144,9 @@ def test_the_report_summarises_cost_and_sets_off_budget_pairs_aside_only_in_a_la
     )
     assert "not pre-registered" in text
     grpo_tokens = [s["generated_tokens"] for s in data["arms"]["grpo"]["seeds"]]
-    assert numbers["cost"]["grpo"]["generated_tokens"][0] == pytest.approx(sum(grpo_tokens) / 6)
-    assert numbers["cost"]["dapo"]["optimizer_steps"] == (10, 0.0)
-    assert numbers["cost"]["grpo"]["seconds"][0] == pytest.approx(10.0)  # minutes
+    assert numbers["means"]["grpo"]["generated_tokens"][0] == pytest.approx(sum(grpo_tokens) / 6)
+    assert numbers["means"]["dapo"]["optimizer_steps"] == (10, 0.0)
+    assert numbers["means"]["grpo"]["minutes"][0] == pytest.approx(10.0)
     assert "within_budget" not in paired.format_report(synthetic(seeds=6, effect=0.0, noise=0.01))[1]
 
 
