@@ -41,7 +41,7 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from trl.rewards import think_format_reward
 
-from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice
+from dapo_trl import DAPOConfig, DAPOTrainer, MultipleChoiceReward, extract_choice, released_process_group
 from dapo_trl.rewards.choice import gold_choice, load_choice_dataset
 from dapo_trl.run.cli import (
     one_line_errors,
@@ -290,9 +290,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
     """Save the model, the metrics log, the curves and the summary; print the summary on one screen; release the
     process group (every process has saved: nothing collective follows)."""
     is_main = save_run_outputs(trainer, summary)
-    # Left to interpreter exit, a live gloo process group sometimes aborts a finished run (SIGABRT, "terminate called
-    # without an active exception"), which a launcher reports as a failure.
-    trainer.accelerator.end_training()
+    trainer.accelerator.end_training()  # trackers finish, the group is unregistered; its backend is freed after main()
     if not is_main:
         return
     print(format_summary(trainer, summary))
@@ -328,4 +326,5 @@ def format_summary(trainer: DAPOTrainer, summary: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    with released_process_group():  # after main() (or a preemption stop): free gloo's threads before interpreter exit
+        main()

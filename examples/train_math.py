@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
-from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward
+from dapo_trl import DAPOConfig, DAPOTrainer, MathVerifierReward, released_process_group
 from dapo_trl.run.cli import (
     one_line_errors,
     parse_or_exit,
@@ -731,9 +731,7 @@ def finish(trainer: DAPOTrainer, summary: dict) -> None:
     """Save the model, the metrics log, the curves and the summary; print the summary on one screen; release the
     process group (every process has saved: nothing collective follows)."""
     is_main = save_run_outputs(trainer, summary)
-    # Left to interpreter exit, a live gloo process group sometimes aborts a finished run (SIGABRT, "terminate called
-    # without an active exception"), which a launcher reports as a failure.
-    trainer.accelerator.end_training()
+    trainer.accelerator.end_training()  # trackers finish, the group is unregistered; its backend is freed after main()
     if not is_main:
         return
     rows = summary_rows(summary, trainer.args.output_dir)
@@ -788,4 +786,5 @@ def heldout_detail(metrics: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    with released_process_group():  # after main() (or a preemption stop): free gloo's threads before interpreter exit
+        main()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import copy
+import glob
+import json
+import os
+from pathlib import Path
 
 import torch
 from datasets import Dataset
@@ -10,20 +14,39 @@ from transformers import TrainerCallback
 
 from dapo_trl.dapo_config import DAPOConfig
 from dapo_trl.dapo_trainer import DAPOTrainer
+from dapo_trl.run.process_group import release_process_group
 from dapo_trl.run.toy import build_char_tokenizer, build_tiny_model
 from dapo_trl.trainer.loss import dapo_loss
 
 KINDS = ("easy", "hard", "mixed")
 
 
-def release_process_group() -> None:
+def live_gloo_threads() -> list[str]:
+    """Names of this process's native threads that belong to gloo (Linux: /proc/self/task/<tid>/comm)."""
+    names = []
+    for path in glob.glob("/proc/self/task/*/comm"):
+        try:
+            names.append(Path(path).read_text().strip())
+        except OSError:  # the thread ended between the listing and the read
+            pass
+    return sorted(name for name in names if "gloo" in name)
+
+
+def end_runner(out_dir, tag: str) -> None:
     """
-    End of a runner launched with `accelerate launch`: destroy the process group. Left to interpreter exit, gloo's
-    threads sometimes abort a process that has finished and saved ("terminate called without an active exception",
-    SIGABRT), which fails the launch.
+    End of a runner launched with `accelerate launch`, after its `main()` returned: release the process group as the
+    examples do, then record the gloo threads still alive (`<tag>_exit_rank<r>.json`; none is expected). A backend
+    left to interpreter exit sometimes aborts a finished process (SIGABRT), which fails the launch.
     """
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    release_process_group()
+    rank = os.environ.get("RANK", "0")
+    Path(out_dir, f"{tag}_exit_rank{rank}.json").write_text(json.dumps(live_gloo_threads()))
+
+
+def assert_no_gloo_thread_left(out_dir, tag: str, processes: int) -> None:
+    """Every rank of a launch ended by `end_runner(out_dir, tag)` had freed gloo's threads before interpreter exit."""
+    left = {r: json.loads(Path(out_dir, f"{tag}_exit_rank{r}.json").read_text()) for r in range(processes)}
+    assert all(not names for names in left.values()), f"gloo threads alive at exit, by rank: {left}"
 
 
 def tiny_model_and_tokenizer(seed: int = 0):

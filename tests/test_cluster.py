@@ -71,9 +71,12 @@ def test_same_decisions_and_equal_batch_shapes(two_nodes):
     assert metrics[0] == metrics[1]
 
 
-def test_the_main_job_releases_the_process_group_before_it_exits(two_nodes):
-    # Left to interpreter exit, a live gloo process group sometimes aborts a finished run (SIGABRT).
-    assert [r["process_group_live"] for r in two_nodes["records"]] == [False, False]
+def test_the_main_job_frees_the_process_group_before_it_exits(two_nodes):
+    # Unregistering the group is not enough: its gloo threads, left to interpreter exit, sometimes abort a finished
+    # run (SIGABRT). They must be gone before exit begins.
+    records = two_nodes["records"]
+    assert [r["process_group_live"] for r in records] == [False, False]
+    assert [r["gloo_threads_at_exit"] for r in records] == [[], []]
 
 
 def test_checkpoints_and_outputs_are_complete(two_nodes):
@@ -125,6 +128,7 @@ def preempt_one_node(tmp_path, max_steps):
     assert re.search(r"exitcode\s*:\s*75", logs[0]), logs[0][-3000:]  # torch elastic names the worker's code
     r0, r1 = read_records(tmp_path)
     assert r0["stopped_at_step"] == r1["stopped_at_step"] == r0["global_step"] == r1["global_step"]
+    assert r0["gloo_threads_at_exit"] == r1["gloo_threads_at_exit"] == [], "a stop must free the group too (exit 75)"
     step = r0["global_step"]
     assert 0 < step < max_steps and step % 2 == 0, "stops at a rollout boundary (2 steps per rollout), early"
     checkpoint = out / f"checkpoint-{step}"

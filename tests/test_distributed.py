@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from _tiny import reference_gradients, tiny_model_and_tokenizer
+from _tiny import assert_no_gloo_thread_left, reference_gradients, tiny_model_and_tokenizer
 
 pytestmark = [pytest.mark.distributed, pytest.mark.integration]
 
@@ -43,6 +43,7 @@ def launch(out_dir, mode):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert_no_gloo_thread_left(out_dir, mode, 2)
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
@@ -136,6 +137,7 @@ def test_two_processes_resume_with_carried_rows_trains_the_same_batches(tmp_path
         env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+        assert_no_gloo_thread_left(tmp_path, mode, 2)
         return [torch.load(tmp_path / f"{mode}_rank{r}.pt", weights_only=False) for r in range(2)]
 
     full = run("full")

@@ -337,6 +337,22 @@ def test_a_repeated_signal_at_once_is_a_copy_and_a_second_one_stops_at_once(capl
     assert {name: signal.getsignal(getattr(signal, name)) for name in before} == before
 
 
+def test_uninstall_ends_the_threads_that_reach_the_trainer(monkeypatch):
+    # The launcher watch and the timeout timer reach the trainer through `rollout_done`; a thread alive after
+    # uninstall keeps the trainer, and its gloo process group, alive into interpreter exit (a SIGABRT there).
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")  # as under torchrun: the launcher watch starts
+    owner = type("Trainer", (), {"rollout_done": lambda self: True})()
+    callback = PreemptionCallback(timeout=60.0, rollout_done=owner.rollout_done)
+    callback.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)  # starts the timeout timer
+        threads = [callback._watch_thread, callback._timer]
+        assert all(thread is not None and thread.is_alive() for thread in threads)
+    finally:
+        callback.uninstall()
+    assert not any(thread.is_alive() for thread in threads), [t.name for t in threads if t.is_alive()]
+
+
 # ---------------------------------------------------------------------------------------------------- evaluation
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import assert_no_gloo_thread_left
 
 pytestmark = [pytest.mark.distributed, pytest.mark.integration]
 
@@ -150,6 +151,7 @@ def run(out_dir: Path, specs: list[dict], *, processes: int, resume_from: Path |
         + result.stdout[-2000:]
         + result.stderr[-6000:]
     )
+    assert_no_gloo_thread_left(out_dir, "state_space", processes)
     return {
         spec["name"]: [
             torch.load(out_dir / f"{spec['name']}.rank{r}.pt", weights_only=False) for r in range(processes)

@@ -17,6 +17,8 @@ Public API (what `__all__` lists is what users may rely on; modules and names st
 - [`MultipleChoiceReward`], [`extract_choice`], [`load_choice_dataset`]: multiple-choice questions (a domain beyond
   math), composable with TRL's `think_format_reward`.
 - [`tiny_model_and_tokenizer`]: a tiny model and tokenizer built offline, for a first script or a test.
+- [`released_process_group`], [`release_process_group`]: the end of a distributed script: free the process group
+  (gloo's threads) before interpreter exit.
 
 Layout: `trainer/` holds the trainer's steps (most of them pure functions), `rewards/` the reward functions,
 `verifier/` the math verifier, `run/` what surrounds a run (data, evaluation, launch, plan, console); `dapo_config` and
@@ -76,6 +78,8 @@ _EXPORTS = {
     "extract_choice": "rewards.choice",
     "load_choice_dataset": "rewards.choice",
     "tiny_model_and_tokenizer": "run.toy",
+    "release_process_group": "run.process_group",
+    "released_process_group": "run.process_group",
 }
 
 __all__ = [
@@ -114,6 +118,8 @@ __all__ = [
     "extract_choice",
     "load_choice_dataset",
     "tiny_model_and_tokenizer",
+    "release_process_group",
+    "released_process_group",
 ]
 
 
@@ -136,6 +142,7 @@ if TYPE_CHECKING:
     from .dapo_trainer import DAPOTrainer
     from .rewards.choice import MultipleChoiceReward, extract_choice, load_choice_dataset
     from .rewards.math import MathVerifierReward
+    from .run.process_group import release_process_group, released_process_group
     from .run.toy import tiny_model_and_tokenizer
     from .trainer.diagnostics import Diagnosis, DiagnosticsCallback, DiagnosticThresholds, add_diagnostics, diagnose
     from .trainer.loss import clipped_surrogate, dapo_loss, sequence_level_mean, token_level_mean

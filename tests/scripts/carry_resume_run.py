@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from _tiny import Recorder, ScriptedReward, config, release_process_group, tiny_model_and_tokenizer  # noqa: E402
+from _tiny import Recorder, ScriptedReward, config, end_runner, tiny_model_and_tokenizer  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 torch.set_num_threads(1)
@@ -45,4 +45,4 @@ def main(out_dir: str, mode: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
-    release_process_group()
+    end_runner(sys.argv[1], sys.argv[2])

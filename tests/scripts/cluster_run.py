@@ -19,10 +19,12 @@ from dapo_trl import DAPOTrainer
 from dapo_trl.trainer.preemption import PreemptionCallback
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from _tiny import live_gloo_threads  # noqa: E402
+
 RECORD_DIR = Path(os.environ["CLUSTER_RECORD_DIR"])
 RANK = int(os.environ.get("RANK", "0"))
 record: dict = {"rank": RANK, "rounds": [], "batches": []}
-trainers: list[DAPOTrainer] = []
 
 
 class Progress(TrainerCallback):
@@ -36,7 +38,22 @@ class RecordingTrainer(DAPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.add_callback(Progress())
-        trainers.append(self)
+
+    def train(self, *args, **kwargs):
+        # Recorded here, also when a preemption stop raises SystemExit; no reference to the trainer is kept, so the
+        # main job's own release can free its process group before exit.
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            callback = next((c for c in self.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)
+            record.update(
+                world_size=self.accelerator.num_processes,
+                process_index=self.accelerator.process_index,
+                local_process_index=self.accelerator.local_process_index,
+                global_step=self.state.global_step,
+                stopped_at_step=callback.stopped_at_step if callback else None,
+                history=self.state.log_history,
+            )
 
     def on_groups_scored(self, prompt_indices, values, informative, classification):
         super().on_groups_scored(prompt_indices, values, informative, classification)
@@ -53,18 +70,8 @@ class RecordingTrainer(DAPOTrainer):
 
 @atexit.register
 def dump() -> None:
-    if trainers:
-        trainer = trainers[-1]
-        callback = next((c for c in trainer.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)
-        record.update(
-            world_size=trainer.accelerator.num_processes,
-            process_index=trainer.accelerator.process_index,
-            local_process_index=trainer.accelerator.local_process_index,
-            global_step=trainer.state.global_step,
-            stopped_at_step=callback.stopped_at_step if callback else None,
-            history=trainer.state.log_history,
-            process_group_live=torch.distributed.is_initialized(),  # at exit: the main job should have released it
-        )
+    # At exit: the main job should have released the group and freed gloo's threads (tests/_tiny.live_gloo_threads).
+    record.update(process_group_live=torch.distributed.is_initialized(), gloo_threads_at_exit=live_gloo_threads())
     (RECORD_DIR / f"rank{RANK}.json").write_text(json.dumps(record))
 
 
@@ -75,4 +82,5 @@ spec.loader.exec_module(train_math)
 train_math.DAPOTrainer = RecordingTrainer
 
 if __name__ == "__main__":
-    train_math.main(sys.argv[1:])
+    with train_math.released_process_group():  # as train_math's own `__main__` does
+        train_math.main(sys.argv[1:])

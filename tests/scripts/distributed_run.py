@@ -24,7 +24,7 @@ from _tiny import (  # noqa: E402
     ScriptedReward,
     StateCapture,
     config,
-    release_process_group,
+    end_runner,
     tiny_model_and_tokenizer,
 )
 from datasets import Dataset  # noqa: E402
@@ -159,4 +159,4 @@ def resume_run(out_dir: str) -> None:
 
 if __name__ == "__main__":
     (resume_run(sys.argv[1]) if sys.argv[2] == "resume" else main(sys.argv[1], sys.argv[2]))
-    release_process_group()
+    end_runner(sys.argv[1], sys.argv[2])

@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from _tiny import Recorder, config, release_process_group, tiny_model_and_tokenizer  # noqa: E402
+from _tiny import Recorder, config, end_runner, tiny_model_and_tokenizer  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
@@ -170,4 +170,4 @@ def main(out_dir: str, draws_path: str, resume_from: str | None) -> None:
 if __name__ == "__main__":
     resume = sys.argv[sys.argv.index("--resume-from") + 1] if "--resume-from" in sys.argv else None
     main(sys.argv[1], sys.argv[2], resume)
-    release_process_group()  # without it: SIGABRT at exit twice in about 20 launches of 44 draws
+    end_runner(sys.argv[1], "state_space")  # without a release: SIGABRT at exit twice in about 20 launches of 44 draws

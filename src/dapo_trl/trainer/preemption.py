@@ -156,6 +156,12 @@ def steps_per_rollout(args) -> int:
     return cycle // math.gcd(cycle, args.gradient_accumulation_steps)
 
 
+def _join(thread: threading.Thread | None) -> None:
+    """Wait for a helper thread told to stop (it wakes at once); not from that thread itself."""
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=5 * _LAUNCHER_POLL_S)
+
+
 # ---------------------------------------------------------------------------------------------------- the callback
 
 
@@ -242,6 +248,7 @@ class PreemptionCallback(TrainerCallback):
         self._timer: threading.Timer | None = None
         self._previous: dict[int, object] = {}
         self._watch_stop: threading.Event | None = None
+        self._watch_thread: threading.Thread | None = None
 
     @property
     def preempted(self) -> bool:
@@ -270,11 +277,16 @@ class PreemptionCallback(TrainerCallback):
             self._watch_launcher()
 
     def uninstall(self) -> None:
-        """Restore the handlers that were there before [`install`] and stop the timeout and the launcher watch."""
+        """
+        Restore the handlers that were there before [`install`] and stop the timeout and the launcher watch. Both
+        threads are ended when this returns: they reach the trainer (through `rollout_done`), and a trainer a thread
+        still holds cannot be freed before interpreter exit (see `dapo_trl.release_process_group`).
+        """
         self._cancel_timer()
         if self._watch_stop is not None:
             self._watch_stop.set()
-            self._watch_stop = None
+            _join(self._watch_thread)
+            self._watch_stop = self._watch_thread = None
         for signum, handler in self._previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
@@ -324,7 +336,8 @@ class PreemptionCallback(TrainerCallback):
                         self._request(signal.SIGTERM, time.monotonic())
                     return
 
-        threading.Thread(target=watch, name="dapo-launcher-watch", daemon=True).start()
+        self._watch_thread = threading.Thread(target=watch, name="dapo-launcher-watch", daemon=True)
+        self._watch_thread.start()
 
     def _stop_at_once(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -345,6 +358,7 @@ class PreemptionCallback(TrainerCallback):
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+            _join(self._timer)
             self._timer = None
 
     def _on_timeout(self, name: str) -> None:
