@@ -643,6 +643,7 @@ def test_ctrl_c_under_accelerate_launch_stops_both_processes_at_the_same_step(tm
     assert code == 128 + signal.SIGINT, console[-4000:]
     records = [json.loads((tmp_path / f"exit-rank{r}.json").read_text()) for r in range(2)]
     assert records[0]["stopped_at_step"] == records[1]["stopped_at_step"] == records[0]["global_step"] > 0
+    assert records[0]["gloo_threads_at_exit"] == records[1]["gloo_threads_at_exit"] == []  # exit 130, not SIGABRT
     checkpoint = tmp_path / f"checkpoint-{records[0]['global_step']}"
     assert latest_complete_checkpoint(tmp_path) == str(checkpoint)
     assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"} <= {p.name for p in checkpoint.iterdir()}

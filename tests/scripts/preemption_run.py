@@ -5,7 +5,7 @@
 MODE: `train` (steps until signalled), `slow-save` (a save that takes a minute, to signal during it), `stuck-reward`
 (the reward never returns from its second call on: a step that never ends). Each process writes
 `OUTPUT_DIR/progress-rank<r>` (the last finished step) and markers `saving-rank<r>` / `stuck-rank<r>`, and at exit
-`OUTPUT_DIR/exit-rank<r>.json` (global step, step it stopped at for a signal).
+`OUTPUT_DIR/exit-rank<r>.json` (global step, step it stopped at for a signal, gloo threads still alive).
 """
 
 import atexit
@@ -20,15 +20,23 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-from _tiny import Recorder, ScriptedReward, config, scripted_dataset, tiny_model_and_tokenizer  # noqa: E402
+from _tiny import (  # noqa: E402
+    Recorder,
+    ScriptedReward,
+    config,
+    live_gloo_threads,
+    scripted_dataset,
+    tiny_model_and_tokenizer,
+)
 from transformers import TrainerCallback  # noqa: E402
 
+from dapo_trl import released_process_group  # noqa: E402
 from dapo_trl.trainer.preemption import PreemptionCallback  # noqa: E402
 
 torch.set_num_threads(1)
 OUT, MODE = Path(sys.argv[1]), sys.argv[2]
 RANK = int(os.environ.get("RANK", "0"))
-trainers: list[Recorder] = []
+record: dict = {}  # filled when train() ends (also by a stop's SystemExit); no reference to the trainer is kept
 
 
 def marker(name: str) -> None:
@@ -61,13 +69,18 @@ class Trainer(Recorder):
             time.sleep(60)
         super()._save_optimizer_and_scheduler(output_dir)
 
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            callback = next((c for c in self.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)
+            record.update(global_step=self.state.global_step, stopped_at_step=callback and callback.stopped_at_step)
+
 
 @atexit.register
 def dump() -> None:
-    if trainers:
-        trainer = trainers[-1]
-        callback = next((c for c in trainer.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)
-        record = {"global_step": trainer.state.global_step, "stopped_at_step": callback and callback.stopped_at_step}
+    if record:
+        record.update(gloo_threads_at_exit=live_gloo_threads())  # released before exit, also after a stop
         (OUT / f"exit-rank{RANK}.json").write_text(json.dumps(record))
 
 
@@ -83,9 +96,9 @@ def main(argv: list[str]) -> None:
         processing_class=tokenizer,
         callbacks=[Progress()],
     )
-    trainers.append(trainer)
     trainer.train()
 
 
 if __name__ == "__main__":
-    main(sys.argv[3:])
+    with released_process_group():
+        main(sys.argv[3:])
