@@ -351,7 +351,7 @@ def format_report(data: dict) -> tuple[str, dict]:
         f"| mean (SE) | {' | '.join(cells['heldout_accuracy'])} | | {' | '.join(cells['generated_tokens'])} | "
         f"{' | '.join(cells['optimizer_steps'])} | {' / '.join(cells['minutes'])} |"
     )
-    lines += ["", f"Units more than 5% from the budget: {off_budget or 'none'}.", ""]
+    lines += ["", f"Units more than {BUDGET_TOLERANCE:.0%} from the budget: {off_budget or 'none'}.", ""]
     if len(common) >= 2:
         primary = paired_summary(
             [treatment[s]["heldout_accuracy"] for s in common], [control[s]["heldout_accuracy"] for s in common]
@@ -394,7 +394,7 @@ def format_report(data: dict) -> tuple[str, dict]:
             numbers["within_budget"] = near
             lines += [
                 f"Sensitivity (not pre-registered; describes only): over the {near['n']} pairs with both units within "
-                f"5% of the budget, DAPO - GRPO = {near['mean']:+.4f}, SE {near['se']:.4f}, 95% CI "
+                f"{BUDGET_TOLERANCE:.0%} of the budget, DAPO - GRPO = {near['mean']:+.4f}, SE {near['se']:.4f}, 95% CI "
                 f"[{near['ci95'][0]:+.4f}, {near['ci95'][1]:+.4f}].",
                 "",
             ]
@@ -482,7 +482,7 @@ def pilot_report(data: dict) -> tuple[str, dict]:
 
 def plot_pairs(data: dict, path) -> bool:
     """Each seed's accuracy in both arms (lines join a pair) and the paired differences with their 95% CI (open
-    markers: pairs holding a unit more than 5% from the budget)."""
+    markers: pairs holding a unit more than `BUDGET_TOLERANCE` from the budget)."""
     try:
         import matplotlib
 
@@ -505,7 +505,8 @@ def plot_pairs(data: dict, path) -> bool:
     left.set_title("each seed pair")
     budget = data["settings"]["budget_tokens"]
     far = [is_off_budget(treatment[s], budget) or is_off_budget(control[s], budget) for s in common]
-    for flagged, label in ((False, "units within 5% of B"), (True, "a unit more than 5% from B")):
+    within, beyond = f"units within {BUDGET_TOLERANCE:.0%} of B", f"a unit more than {BUDGET_TOLERANCE:.0%} from B"
+    for flagged, label in ((False, within), (True, beyond)):
         xs = [i for i, f in enumerate(far) if f == flagged]
         if xs:
             face = "none" if flagged else "C0"
