@@ -20,31 +20,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out_dir, mode):
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
-        SCRIPT,
-        str(out_dir),
-        mode,
-    ]
+def launch(out_dir, mode, script=SCRIPT, results="rank{r}.pt"):
+    """Run `script out_dir mode` on 2 processes; each rank's results file (`results` with its rank), loaded."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    cmd += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    cmd += ["--main_process_port", str(free_port()), script, str(out_dir), mode]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert_no_gloo_thread_left(out_dir, mode, 2)
-    return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    return [torch.load(out_dir / results.format(r=r), weights_only=False) for r in range(2)]
 
 
 @pytest.mark.parametrize("mode", ["discard", "carry", "probe"])
@@ -131,14 +116,7 @@ CARRY_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "carry_resume_
 
 def test_two_processes_resume_with_carried_rows_trains_the_same_batches(tmp_path):
     def run(mode):
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-        cmd += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-        cmd += ["--main_process_port", str(free_port()), CARRY_SCRIPT, str(tmp_path), mode]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-        assert_no_gloo_thread_left(tmp_path, mode, 2)
-        return [torch.load(tmp_path / f"{mode}_rank{r}.pt", weights_only=False) for r in range(2)]
+        return launch(tmp_path, mode, script=CARRY_SCRIPT, results=f"{mode}_rank{{r}}.pt")
 
     full = run("full")
     assert full[0]["world"] == 2, "accelerate started a single process"
